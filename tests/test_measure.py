@@ -1,0 +1,87 @@
+import dataclasses
+
+import numpy as np
+import pytest
+from tvm import te
+
+import tvm_ext
+from tvm_ext import _tvm, kernels as K
+from tvm_ext.errors import ParityError, ThreadConfigError
+from tvm_ext.measure import check_parity
+from tvm_ext.schedules.lecture import LectureConfig, lecture_cpu_matmul
+
+
+def _wrong_matmul(M, N, Kd):
+    """A kernel with the workload's signature that computes A @ B + 1."""
+    A = te.placeholder((M, Kd), name="A")
+    B = te.placeholder((Kd, N), name="B")
+    k = te.reduce_axis((0, Kd), name="k")
+    C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * B[k, j] + 1.0 / Kd, axis=k), name="C")
+    return te.create_prim_func([A, B, C])
+
+
+def test_measure_reports_the_three_numbers(host, machine):
+    w = K.matmul(64, 48, 32)
+    m = tvm_ext.measure(lecture_cpu_matmul(w, LectureConfig(16, 4)), w, host, repeat=3)
+    assert m.max_rel_error < 1e-4 and m.threads == int(host.attrs["num-cores"])
+    assert m.flops == w.flops and m.gflops == pytest.approx(w.flops / m.seconds / 1e9)
+    assert m.min_seconds <= m.seconds and m.spread >= 0 and m.repeats == 3
+    assert m.peak_fraction == pytest.approx(m.gflops * 1e9 / machine.peak("float32"))
+    assert 0 < m.roofline_fraction
+
+
+def test_measure_accepts_schedule_module_and_primfunc(host):
+    w = K.axpy(1000)
+    for obj in (_tvm.Schedule(w.func), _tvm.as_module(w.func), w.func):
+        assert tvm_ext.measure(obj, target=host, repeat=2).max_abs_error < 1e-6
+
+
+def test_parity_failure_raises_and_reports_no_speed(host):
+    w = K.matmul(16, 16, 16)
+    with pytest.raises(ParityError, match="matmul_M16_N16_K16_float32: output 0") as info:
+        tvm_ext.measure(_wrong_matmul(16, 16, 16), w, host)
+    assert info.value.max_abs_error == pytest.approx(1.0, rel=1e-4)
+
+
+def test_reference_module_path(host):
+    w = K.matmul(24, 24, 24)
+    plain = w.func.without_attr(K.WORKLOAD_ATTR)
+    sch = lecture_cpu_matmul(dataclasses.replace(w, func=plain), LectureConfig(8, 4))
+    m = tvm_ext.measure(sch, target=host, reference=plain, repeat=2)
+    assert m.max_rel_error < 1e-5 and m.flops == w.flops
+    with pytest.raises(ParityError):
+        tvm_ext.measure(_wrong_matmul(24, 24, 24), target=host, reference=plain)
+    with pytest.raises(ValueError, match="no reference to check parity against"):
+        tvm_ext.measure(plain, target=host)
+
+
+def test_mismatched_workload_and_bad_objects(host):
+    with pytest.raises(ValueError, match=r"parameter 0 is \(8, 8\) float32"):
+        tvm_ext.measure(K.matmul(8, 8, 8).func, K.matmul(4, 4, 4), host)
+    with pytest.raises(TypeError, match="expected a tvm.s_tir.Schedule"):
+        tvm_ext.measure("matmul", target=host)
+    with pytest.raises(ValueError, match="repeat=0"):
+        tvm_ext.measure(K.axpy(8).func, target=host, repeat=0)
+
+
+def test_tolerances_per_dtype():
+    ref = np.ones(4)
+    check_parity([np.ones(4, np.float32) * (1 + 5e-5)], [ref], "fp32 ok")
+    with pytest.raises(ParityError):
+        check_parity([np.ones(4, np.float32) * (1 + 5e-4)], [ref], "fp32 bad")
+    check_parity([np.ones(4, np.float16) * np.float16(1.001)], [ref], "fp16 ok")
+    with pytest.raises(ParityError):
+        check_parity([np.array([1, 2, 3], np.int32)], [np.array([1, 2, 4])], "int exact")
+    with pytest.raises(ParityError):
+        check_parity([np.array([np.nan], np.float32)], [np.array([1.0])], "nan")
+
+
+def test_threads_context_sets_and_restores_the_pool():
+    before = _tvm.runtime_threads()
+    with _tvm.threads(1):
+        assert _tvm.runtime_threads() == 1
+    assert _tvm.runtime_threads() == before
+    with pytest.raises(ThreadConfigError, match="thread pool runs"):
+        with _tvm.threads(4096):
+            pass
+    assert _tvm.runtime_threads() == before

@@ -1,0 +1,99 @@
+import re
+import warnings
+
+import numpy as np
+import pytest
+import tvm
+
+import tvm_ext
+from tvm_ext import _tvm, target as tgt
+from tvm_ext.kernels import axpy
+
+from conftest import cpu_has
+
+
+def test_host_target_names_the_real_cpu_and_cores(host):
+    assert host.kind.name == "llvm"
+    system_cpu = str(_tvm.global_func("target.llvm_get_system_cpu")())
+    assert str(host.attrs["mcpu"]) in (system_cpu, tgt._resolve_host_cpu(tgt.host_triple())[0])
+    assert str(host.attrs["mcpu"]) != "generic"
+    assert "conda" not in str(host.attrs["mtriple"])
+    assert int(host.attrs["num-cores"]) == _tvm.physical_cores()
+
+
+def _asm_of_vectorized_axpy(target) -> str:
+    w = axpy(4096)
+    sch = _tvm.Schedule(w.func)
+    (i,) = sch.get_loops(sch.get_sblock("z"))
+    _, inner = sch.split(i, [None, 64])
+    sch.vectorize(inner)
+    return _tvm.build(sch.mod, target).inspect_source("asm")
+
+
+def test_host_code_uses_the_widest_vector_isa(host):
+    asm = _asm_of_vectorized_axpy(host)
+    if cpu_has("avx512f", host):
+        assert re.search(r"%zmm\d+", asm), "AVX-512 CPU but no zmm register in the code"
+    elif cpu_has("avx2", host):
+        assert re.search(r"%ymm\d+", asm), "AVX2 CPU but no ymm register in the code"
+    generic = _asm_of_vectorized_axpy(tgt.generic_target())
+    assert not re.search(r"%[yz]mm\d+", generic), "generic x86-64 code should be SSE only"
+
+
+def test_unknown_cpu_gets_closest_known_cpu_with_a_warning(monkeypatch):
+    real = _tvm.global_func
+
+    def fake(name):
+        if name == "target.llvm_get_system_cpu":
+            return lambda: "futurelake"
+        return real(name)
+
+    monkeypatch.setattr(_tvm, "global_func", fake)
+    tgt._resolve_host_cpu.cache_clear()
+    try:
+        with pytest.warns(tgt.HostCPUWarning, match="futurelake"):
+            target = tgt.host_target()
+        cpu = str(target.attrs["mcpu"])
+        assert cpu != "generic" and real("target.llvm_is_valid_cpu")(cpu, tgt.host_triple())
+        # The stand-in must keep the widest vector ISA of the real CPU.
+        if real("tvm.codegen.llvm.GetHostCPUFeatures")()["avx512f"]:
+            assert real("target.llvm_cpu_has_feature")("avx512f", target)
+    finally:
+        tgt._resolve_host_cpu.cache_clear()
+
+
+def test_known_cpu_gives_no_warning():
+    tgt._resolve_host_cpu.cache_clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tgt.host_target()
+
+
+def test_bad_mcpu_and_cores_are_value_errors():
+    with pytest.raises(ValueError, match="mcpu='pentium9000'"):
+        tgt.host_target(mcpu="pentium9000")
+    with pytest.raises(ValueError, match="num_cores=0"):
+        tgt.host_target(num_cores=0)
+
+
+def test_cuda_target_and_bad_arch():
+    t = tvm_ext.cuda_target()
+    assert t.kind.name == "cuda" and str(t.attrs["arch"]) == "sm_90"
+    assert str(tvm_ext.cuda_target("sm_80").attrs["arch"]) == "sm_80"
+    for bad in ("sm_91", "90", "compute_90", None):
+        with pytest.raises(ValueError, match="not a CUDA architecture"):
+            tvm_ext.cuda_target(bad)
+
+
+def test_as_target_rejects_unknown_kinds_and_types():
+    with pytest.raises(ValueError, match="kind 'opencl' is not supported"):
+        tgt.as_target({"kind": "opencl"})
+    with pytest.raises(TypeError, match="target must be"):
+        tgt.as_target("llvm -mcpu=native")
+    assert tgt.as_target(None).kind.name == "llvm"
+
+
+def test_target_cores_requires_num_cores():
+    with pytest.raises(ValueError, match="num-cores"):
+        tgt.target_cores(tvm.target.Target({"kind": "llvm"}))
+    assert np.isscalar(tgt.target_cores(tgt.host_target(num_cores=1)))

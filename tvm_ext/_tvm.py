@@ -1,0 +1,118 @@
+"""The one module that touches TVM's moving internals.
+
+TVM 0.27 renamed much of its Python API (``tir`` -> ``tirx``/``s_tir``, ``nd.array`` ->
+``runtime.tensor``, ...). Everything else in tvm-ext reaches TVM through here, so the next
+rename is a one-file change.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from typing import Iterator
+
+import psutil
+
+# TVM's runtime sizes its thread pool once, when the first parallel kernel runs, from
+# TVM_NUM_THREADS or else half the hardware threads on x86 (it assumes SMT): 1 thread on a
+# 2-core machine without SMT. `runtime.config_threadpool` can lower the count later but never
+# raise it above the size fixed at creation. So before anything can create the pool we raise
+# its ceiling to the logical CPU count; `threads(n)` then picks the count per measurement.
+# A user's own TVM_NUM_THREADS wins.
+os.environ.setdefault("TVM_NUM_THREADS", str(os.cpu_count() or 1))
+
+import tvm  # noqa: E402  (must follow the environment set-up above)
+from tvm import te  # noqa: E402,F401
+import tvm.s_tir  # noqa: E402,F401
+import tvm.tirx  # noqa: E402,F401
+
+from .errors import ThreadConfigError  # noqa: E402
+
+Schedule = tvm.s_tir.Schedule
+PrimFunc = tvm.tirx.PrimFunc
+IRModule = tvm.IRModule
+Target = tvm.target.Target
+
+
+def global_func(name: str):
+    """Return TVM's registered global function ``name`` (raises if TVM lacks it)."""
+    return tvm.get_global_func(name)
+
+
+def physical_cores() -> int:
+    """Physical cores of this machine (hyper-threads share one core's FMA units)."""
+    return psutil.cpu_count(logical=False) or os.cpu_count() or 1
+
+
+def runtime_threads() -> int:
+    """Threads TVM's runtime pool uses now."""
+    return int(global_func("runtime.NumThreads")())
+
+
+@contextmanager
+def threads(n: int) -> Iterator[None]:
+    """Run the body with TVM's CPU thread pool set to ``n`` threads, then restore it."""
+    before = runtime_threads()
+    configure = global_func("runtime.config_threadpool")
+    configure(0, int(n))
+    got = runtime_threads()
+    if got != n:
+        configure(0, before)
+        raise ThreadConfigError(
+            f"TVM's runtime thread pool runs {got} threads, the target asks for {n}. The pool was "
+            f"created before tvm_ext raised its ceiling (TVM_NUM_THREADS="
+            f"{os.environ.get('TVM_NUM_THREADS')}); import tvm_ext before running any TVM kernel, "
+            f"or set TVM_NUM_THREADS>={n}."
+        )
+    try:
+        yield
+    finally:
+        configure(0, before)
+
+
+def as_module(obj) -> "tvm.IRModule":
+    """Return the IRModule of a ``Schedule``, ``IRModule`` or ``PrimFunc``."""
+    if isinstance(obj, Schedule):
+        return obj.mod
+    if isinstance(obj, tvm.IRModule):
+        return obj
+    if isinstance(obj, PrimFunc):
+        return tvm.IRModule({"main": obj.with_attr("global_symbol", "main")})
+    raise TypeError(
+        f"expected a tvm.s_tir.Schedule, tvm.IRModule or tvm.tirx.PrimFunc, got {type(obj).__name__}"
+    )
+
+
+def main_func(mod: "tvm.IRModule") -> PrimFunc:
+    """Return the single PrimFunc of ``mod`` (the kernel to run)."""
+    funcs = [f for f in mod.functions.values() if isinstance(f, PrimFunc)]
+    if len(funcs) != 1:
+        names = [gv.name_hint for gv in mod.functions.keys()]
+        raise ValueError(f"expected a module with exactly one PrimFunc, got {len(funcs)}: {names}")
+    return funcs[0]
+
+
+def param_specs(func: PrimFunc) -> list[tuple[tuple[int, ...], str]]:
+    """(shape, dtype) of each tensor parameter of ``func``, in order."""
+    specs = []
+    for p in func.params:
+        # TVM 0.27: a tensor parameter is a Var that carries its own shape and dtype.
+        shape = getattr(p, "shape", None)
+        if shape is None:
+            raise ValueError(f"parameter {p} of the kernel is not a tensor")
+        try:
+            dims = tuple(int(d) for d in shape)
+        except TypeError as err:
+            raise ValueError(f"parameter {p} has a symbolic shape {list(shape)}") from err
+        specs.append((dims, str(p.dtype)))
+    return specs
+
+
+def tensor(array, device):
+    """A TVM runtime tensor holding a copy of numpy ``array`` on ``device``."""
+    return tvm.runtime.tensor(array, device)
+
+
+def build(mod: "tvm.IRModule", target: "tvm.target.Target"):
+    """Compile a TIR module for ``target``; returns the runtime module."""
+    return tvm.tirx.build(mod, target=target)

@@ -1,0 +1,33 @@
+"""The package's error family.
+
+Input validation at the public boundary raises the standard ``ValueError``/``TypeError``;
+failures of the package's own work raise a subclass of :class:`TvmExtError`, so callers can
+catch them by type.
+"""
+
+from __future__ import annotations
+
+
+class TvmExtError(Exception):
+    """Base class of every error raised by tvm-ext's own work."""
+
+
+class ParityError(TvmExtError):
+    """A built module's output does not match its reference within the dtype's tolerance."""
+
+    def __init__(self, message: str, *, max_abs_error: float, max_rel_error: float):
+        super().__init__(message)
+        self.max_abs_error = max_abs_error
+        self.max_rel_error = max_rel_error
+
+
+class ThreadConfigError(TvmExtError):
+    """TVM's runtime thread pool cannot run with the number of threads a target asks for."""
+
+
+class ProbeError(TvmExtError):
+    """A machine-model probe failed or produced an implausible figure."""
+
+
+class ScheduleNotApplicable(TvmExtError):
+    """A hand schedule does not apply to this workload on this target; the message says why."""

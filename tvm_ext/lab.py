@@ -1,0 +1,59 @@
+"""The schedule mini-lab: one kernel, several schedules, the three numbers for each."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Callable
+
+import pandas as pd
+
+from . import kernels
+from .errors import ParityError
+from .measure import measure
+from .target import as_target
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LabRow:
+    """One schedule of the lab: how to make it from a workload, and the bound it chases."""
+
+    name: str
+    make: Callable[[kernels.Workload], object]
+    note: str
+
+
+def default_rows() -> list[LabRow]:
+    """The rows the lab shows today (later issues add tuned and tensorized rows)."""
+    from tvm_ext.schedules.lecture import lecture_cpu_matmul
+
+    return [
+        LabRow("naive", lambda w: w.func,
+               "scalar loop nest, B streamed column-wise: bound by cache misses, not compute"),
+        LabRow("lecture cpu", lecture_cpu_matmul,
+               "32x32 tile + local accumulator + vectorize + parallel: chases the fp32 FMA roof"),
+    ]
+
+
+def run_lab(size: int = 512, target=None, rows: list[LabRow] | None = None) -> pd.DataFrame:
+    """Measure every row on ``matmul(size, size, size)``; a parity failure shows, not a speed."""
+    target = as_target(target)
+    workload = kernels.matmul(size, size, size)
+    records = []
+    for row in rows if rows is not None else default_rows():
+        record = {"schedule": row.name}
+        try:
+            m = measure(row.make(workload), workload, target)
+        except ParityError as err:
+            log.error("%s: %s", row.name, err)
+            record.update(parity=f"FAIL ({err.max_rel_error:.1e})")
+        else:
+            record.update(parity=f"ok ({m.max_rel_error:.1e})", ms=m.seconds * 1e3,
+                          gflops=m.gflops, pct_peak=100 * m.peak_fraction,
+                          pct_roofline=100 * m.roofline_fraction)
+        record["note"] = row.note
+        records.append(record)
+    columns = ["schedule", "parity", "ms", "gflops", "pct_peak", "pct_roofline", "note"]
+    return pd.DataFrame.from_records(records, columns=columns)

@@ -1,0 +1,192 @@
+"""The host's machine model (roofline): compute peaks per dtype, bandwidth per memory level.
+
+Every figure carries its source: ``probed`` (measured here by kernels TVM generates),
+``table`` (derived from a probed figure and a documented ISA ratio) or ``user``. Probes are
+cached per CPU model and core count in the user cache directory; ``tvm-ext info --reprobe``
+measures again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import pathlib
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import platformdirs
+
+from . import _tvm
+from ._probe_kernels import fma_chains, stream_copy
+from .errors import ProbeError
+from .target import as_target, target_cores, target_cpu
+
+log = logging.getLogger(__name__)
+SCHEMA = 1
+LEVELS = ("llc", "dram")
+
+# Peak of a compute path relative to the fp32 FMA peak, per core and cycle, from the vendors'
+# instruction tables: AVX512-BF16 vdpbf16ps does 2 MACs per fp32 lane; AVX512-VNNI vpdpbusd 4
+# int8 MACs per lane; AMX tdpbf16ps/tdpbusd 1024/2048 ops per cycle against 64 fp32 (16x/32x).
+_ISA_RATIOS = {
+    "bfloat16": (("amx-bf16", 16.0), ("avx512bf16", 2.0)),
+    "int8": (("amx-int8", 32.0), ("avx512vnni", 4.0), ("avxvnni", 4.0)),
+}
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One number of the model, in base units (FLOP/s or byte/s), with where it came from."""
+
+    value: float
+    source: str  # "probed", "table" or "user"
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class MachineModel:
+    """Peaks (FLOP/s per dtype) and bandwidths (byte/s per level) of one CPU at ``cores`` threads."""
+
+    cpu: str
+    cores: int
+    peaks: dict[str, Figure]
+    bandwidth: dict[str, Figure]
+    llc_bytes: int
+
+    def peak(self, dtype: str) -> float:
+        """Compute peak (FLOP/s) for kernels whose inputs are ``dtype``."""
+        key = {"float16": "float32"}.get(dtype, dtype)
+        if key not in self.peaks:
+            raise ValueError(f"no compute peak for dtype={dtype!r}; known: {sorted(self.peaks)}")
+        return self.peaks[key].value
+
+    def roofline_seconds(self, flops: float, nbytes: float, dtype: str) -> float:
+        """Least time any implementation needs: compute at peak or compulsory traffic at the
+        bandwidth of the level the data fits in (LLC if it fits, else DRAM)."""
+        level = "llc" if nbytes <= self.llc_bytes else "dram"
+        return max(flops / self.peak(dtype), nbytes / self.bandwidth[level].value)
+
+    def with_overrides(self, overrides: dict[str, float]) -> "MachineModel":
+        """A copy with figures given by the user: keys ``peak.<dtype>`` or ``bw.<level>``."""
+        peaks, bw = dict(self.peaks), dict(self.bandwidth)
+        for key, value in overrides.items():
+            kind, _, name = key.partition(".")
+            if kind not in ("peak", "bw") or not name or (kind == "bw" and name not in LEVELS):
+                raise ValueError(f"override key {key!r}: use 'peak.<dtype>' or 'bw.<{'|'.join(LEVELS)}>'")
+            if not isinstance(value, (int, float)) or not np.isfinite(value) or value <= 0:
+                raise ValueError(f"override {key}={value!r} must be a positive finite number")
+            (peaks if kind == "peak" else bw)[name] = Figure(float(value), "user")
+        return dataclasses.replace(self, peaks=peaks, bandwidth=bw)
+
+    def to_json(self) -> dict:
+        return {"schema": SCHEMA, **dataclasses.asdict(self)}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "MachineModel":
+        if data.get("schema") != SCHEMA:
+            raise ValueError(f"machine model schema {data.get('schema')!r}, expected {SCHEMA}")
+        return cls(data["cpu"], int(data["cores"]),
+                   {k: Figure(**v) for k, v in data["peaks"].items()},
+                   {k: Figure(**v) for k, v in data["bandwidth"].items()}, int(data["llc_bytes"]))
+
+
+def cache_sizes() -> dict[int, int]:
+    """Bytes of data/unified cache per level (one instance), from Linux sysfs."""
+    sizes = {}
+    for index in pathlib.Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            kind = (index / "type").read_text().strip()
+            level = int((index / "level").read_text())
+            text = (index / "size").read_text().strip()
+        except (OSError, ValueError):
+            continue
+        match = re.fullmatch(r"(\d+)([KMG]?)", text)
+        if kind in ("Data", "Unified") and match:
+            sizes[level] = int(match[1]) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[match[2]]
+    return sizes
+
+
+def _best_seconds(func, arrays, min_seconds: float) -> float:
+    dev = _tvm.tvm.cpu(0)
+    tensors = [_tvm.tensor(a, dev) for a in arrays]
+    ev = func.time_evaluator(func.entry_name, dev, number=1, repeat=7,
+                             min_repeat_ms=int(min_seconds * 1000))
+    # The first timed runs of a fresh thread pool come out up to 1.5x slow (thread start-up,
+    # clock ramp): one discarded evaluation warms both.
+    ev(*tensors)
+    return float(min(ev(*tensors).results))
+
+
+def probe_fp32_peak(target, cores: int, lanes: int = 16, chains: int = 16, steps: int = 200_000) -> float:
+    """FLOP/s of ``chains`` independent ``lanes``-wide FMA recurrences on every core."""
+    mod = _tvm.IRModule({"main": fma_chains(cores, chains, lanes, steps)})
+    func = _tvm.build(mod, target)
+    size = cores * chains * lanes
+    seconds = _best_seconds(func, [np.ones(size, "float32"), np.zeros(size, "float32")], 0.02)
+    return 2.0 * size * steps / seconds
+
+
+def probe_copy_bandwidth(target, cores: int, nbytes: int, lanes: int = 16) -> float:
+    """byte/s of a streaming copy whose two arrays together hold about ``nbytes``."""
+    n = max(nbytes // 8 // (cores * lanes), 1) * cores * lanes
+    func = _tvm.build(_tvm.IRModule({"main": stream_copy(cores, n, lanes)}), target)
+    seconds = _best_seconds(func, [np.ones(n, "float32"), np.zeros(n, "float32")], 0.05)
+    return 8.0 * n / seconds
+
+
+def _has_feature(target, feature: str) -> bool:
+    return bool(_tvm.global_func("target.llvm_cpu_has_feature")(feature, target))
+
+
+def probe(target=None) -> MachineModel:
+    """Measure the host's peaks and bandwidths with kernels TVM generates (a few seconds)."""
+    target = as_target(target)
+    cores = target_cores(target)
+    caches = cache_sizes()
+    llc = caches[max(caches)] if caches else 32 << 20
+    l2_total = caches.get(2, 1 << 20) * cores
+    llc_set = max(min(llc // 2, 4 * l2_total), l2_total)  # above every L2, within half the LLC
+    with _tvm.threads(cores):
+        # A peak is the best the machine sustains: on a shared host a neighbour can hold a
+        # core for a whole probe, so each figure is the best of a few independent probes.
+        fp32 = max(probe_fp32_peak(target, cores) for _ in range(3))
+        llc_bw = max(probe_copy_bandwidth(target, cores, llc_set) for _ in range(2))
+        dram_bw = max(probe_copy_bandwidth(target, cores, max(8 * llc, 256 << 20)) for _ in range(2))
+    for name, value in (("fp32 peak", fp32), ("LLC bandwidth", llc_bw), ("DRAM bandwidth", dram_bw)):
+        if not np.isfinite(value) or value <= 0:
+            raise ProbeError(f"{name} probe returned {value!r}")
+    peaks = {"float32": Figure(fp32, "probed", f"{cores} cores x 16 FMA chains of 16 lanes")}
+    for dtype, ratios in _ISA_RATIOS.items():
+        feature, ratio = next(((f, r) for f, r in ratios if _has_feature(target, f)), (None, 1.0))
+        note = f"fp32 probe x {ratio:g} ({feature})" if feature else "no dot instruction: fp32 rate"
+        peaks[dtype] = Figure(fp32 * ratio, "table", note)
+    bandwidth = {"llc": Figure(llc_bw, "probed", "streaming copy in LLC"),
+                 "dram": Figure(dram_bw, "probed", "streaming copy, 8x LLC")}
+    return MachineModel(target_cpu(target), cores, peaks, bandwidth, llc)
+
+
+def cache_path(target) -> pathlib.Path:
+    """Where the probe of this CPU model and core count is cached."""
+    name = f"machine-{target_cpu(target)}-{target_cores(target)}c.json"
+    return pathlib.Path(platformdirs.user_cache_dir("tvm-ext")) / name
+
+
+def host_machine(target=None, *, reprobe: bool = False, overrides: dict | None = None) -> MachineModel:
+    """The machine model of ``target`` (default the host): cached probe, then ``overrides``."""
+    target = as_target(target)
+    path = cache_path(target)
+    model = None
+    if path.exists() and not reprobe:
+        try:
+            model = MachineModel.from_json(json.loads(path.read_text()))
+        except (ValueError, KeyError, TypeError) as err:
+            log.warning("ignoring unreadable machine cache %s (%s); probing again", path, err)
+    if model is None:
+        model = probe(target)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(model.to_json(), indent=2))
+        tmp.replace(path)
+    return model.with_overrides(overrides) if overrides else model

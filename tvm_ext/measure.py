@@ -1,0 +1,185 @@
+"""Build, check parity, time: the three numbers (parity, GFLOP/s, % of roofline peak).
+
+Parity comes first: a module whose output differs from the reference raises
+:class:`~tvm_ext.errors.ParityError` and is never timed.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from . import _tvm
+from .errors import ParityError, TvmExtError
+from .kernels import Workload, from_func, np_dtype
+from .machine import MachineModel, host_machine
+from .target import as_target, host_target, target_cores
+
+log = logging.getLogger(__name__)
+
+# Relative tolerance per output dtype. An element passes when
+# |out - ref| <= rtol * (|ref| + mean|ref|): the mean term keeps near-zero references from
+# demanding more than the dtype can hold. fp32: accumulation-order differences over K ~ 4096
+# stay near 1e-6; fp16/bf16 outputs carry 11/8 mantissa bits. Integer outputs must be exact.
+RTOL = {"float32": 1e-4, "float64": 1e-9, "float16": 2e-3, "bfloat16": 1.6e-2}
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Parity errors and timing of one built module.
+
+    ``seconds`` is the median of ``repeats`` timed repeats (each long enough to time well),
+    ``spread`` is ``(max - min) / median`` over them. ``peak_fraction`` is of the machine's
+    compute peak for the workload's dtype; ``roofline_fraction`` of the roofline (compute peak
+    or compulsory traffic at the bandwidth of the level the data fits in, whichever binds).
+    """
+
+    max_abs_error: float
+    max_rel_error: float
+    seconds: float
+    min_seconds: float
+    spread: float
+    repeats: int
+    threads: int
+    flops: int | None
+    gflops: float | None
+    peak_fraction: float | None
+    roofline_fraction: float | None
+    target: str
+
+
+def _errors(out: np.ndarray, ref: np.ndarray) -> tuple[float, float]:
+    out = out.astype(np.float64) if out.dtype != np.float64 else out
+    ref = np.asarray(ref, dtype=np.float64)
+    if out.shape != ref.shape:
+        raise ParityError(f"output shape {out.shape} differs from the reference's {ref.shape}",
+                          max_abs_error=float("inf"), max_rel_error=float("inf"))
+    if out.size == 0:
+        return 0.0, 0.0
+    diff = np.abs(out - ref)
+    scale = float(np.mean(np.abs(ref)))
+    return float(np.max(diff)), float(np.max(diff / (np.abs(ref) + scale + 1e-300)))
+
+
+def check_parity(outputs: Sequence[np.ndarray], expected: Sequence[np.ndarray], label: str) -> tuple[float, float]:
+    """Max absolute and relative error of ``outputs``; raises ParityError past tolerance."""
+    worst_abs = worst_rel = 0.0
+    for i, (out, ref) in enumerate(zip(outputs, expected)):
+        abs_err, rel_err = _errors(out, ref)
+        dtype = str(out.dtype)
+        rtol = RTOL.get(dtype, 0.0)
+        ok = (abs_err == 0.0) if rtol == 0.0 else (rel_err <= rtol)
+        if not ok:  # also catches NaN
+            raise ParityError(
+                f"{label}: output {i} ({dtype}) differs from the reference: max abs error "
+                f"{abs_err:.3g}, max rel error {rel_err:.3g} > tolerance {rtol:g}",
+                max_abs_error=abs_err, max_rel_error=rel_err)
+        worst_abs, worst_rel = max(worst_abs, abs_err), max(worst_rel, rel_err)
+    return worst_abs, worst_rel
+
+
+def _device(target):
+    kind = str(target.kind.name)
+    dev = _tvm.tvm.cuda(0) if kind == "cuda" else _tvm.tvm.cpu(0)
+    if not dev.exist:
+        raise TvmExtError(f"no {kind} device on this machine to measure on")
+    return dev
+
+
+def _check_arrays(arrays: Sequence[np.ndarray], specs, label: str) -> None:
+    if len(arrays) != len(specs):
+        raise ValueError(f"{label}: {len(arrays)} arrays for {len(specs)} parameters")
+    for i, (a, (shape, dtype)) in enumerate(zip(arrays, specs)):
+        if tuple(a.shape) != shape or a.dtype != np_dtype(dtype):
+            raise ValueError(f"{label}: parameter {i} is {shape} {dtype}, the workload gives "
+                             f"{tuple(a.shape)} {a.dtype}")
+
+
+def run(lib, arrays: Sequence[np.ndarray], dev) -> list[np.ndarray]:
+    """Run a built module once on copies of ``arrays``; returns every parameter afterwards."""
+    tensors = [_tvm.tensor(a, dev) for a in arrays]
+    lib[lib.entry_name](*tensors)
+    return [t.numpy() for t in tensors]
+
+
+def _random_inputs(specs, seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for shape, dtype in specs:
+        if np.issubdtype(np_dtype(dtype), np.integer):
+            out.append(rng.integers(-8, 8, size=shape).astype(np_dtype(dtype)))
+        else:
+            out.append(rng.uniform(-1, 1, size=shape).astype(np_dtype(dtype)))
+    return out
+
+
+def measure(obj, workload: Workload | None = None, target=None, *, reference=None,
+            machine: MachineModel | None = None, repeat: int = 10, min_repeat_ms: int = 50,
+            seed: int = 0) -> Measurement:
+    """Build ``obj`` (Schedule, IRModule or PrimFunc) for ``target``, check parity, time it.
+
+    The reference is ``workload``'s numpy reference; else that of the suite workload the
+    function was built from (it carries it as an attribute through scheduling); else
+    ``reference``, an unscheduled PrimFunc/IRModule run on the same random inputs. Timing runs
+    with the target's ``num-cores`` threads.
+    """
+    if not isinstance(repeat, int) or repeat < 1:
+        raise ValueError(f"repeat={repeat!r} must be a positive int")
+    mod = _tvm.as_module(obj)
+    func = _tvm.main_func(mod)
+    target = as_target(target)
+    workload = workload if workload is not None else from_func(func)
+    specs = _tvm.param_specs(func)
+    label = workload.key if workload else str(func.attrs.get("global_symbol", "kernel"))
+    dev = _device(target)
+    lib = _tvm.build(mod, target)
+    threads = target_cores(target) if target.kind.name == "llvm" else 1
+
+    if workload is not None:
+        arrays = workload.inputs(seed)
+        _check_arrays(arrays, specs, label)
+        with _tvm.threads(threads):
+            result = run(lib, arrays, dev)
+        outs = [result[i] for i in workload.outputs]
+        abs_err, rel_err = check_parity(outs, workload.reference(arrays), label)
+        flops, nbytes, dtype = workload.flops, workload.min_bytes, workload.dtype
+    elif reference is not None:
+        ref_mod = _tvm.as_module(reference)
+        _check_arrays(_random_inputs(_tvm.param_specs(_tvm.main_func(ref_mod)), seed), specs,
+                      f"{label} vs its reference")
+        arrays = _random_inputs(specs, seed)
+        with _tvm.threads(threads):
+            result = run(lib, arrays, dev)
+            expected = run(_tvm.build(ref_mod, target), arrays, dev)
+        abs_err, rel_err = check_parity(result, expected, label)
+        flops = int(_tvm.tvm.s_tir.analysis.estimate_tir_flops(mod))
+        nbytes = sum(int(np.prod(s)) * np_dtype(d).itemsize for s, d in specs)
+        dtype = specs[0][1]
+    else:
+        raise ValueError(
+            f"{label}: no reference to check parity against; pass workload= (a tvm_ext.kernels "
+            "Workload) or reference= (the unscheduled PrimFunc/IRModule)")
+
+    tensors = [_tvm.tensor(a, dev) for a in arrays]
+    ev = lib.time_evaluator(lib.entry_name, dev, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms)
+    with _tvm.threads(threads):
+        ev(*tensors)  # warm the thread pool and caches; discarded
+        times = np.array(ev(*tensors).results, dtype=np.float64)
+    median = float(np.median(times))
+    gflops = flops / median / 1e9 if flops else None
+    peak = roof = None
+    if target.kind.name == "llvm" and flops:
+        # The peak is the hardware's, whatever CPU the target names (a generic build
+        # leaves most of it unused: that is what the fraction should show).
+        machine = machine if machine is not None else host_machine(host_target(num_cores=threads))
+        peak = flops / median / machine.peak(dtype)
+        roof = machine.roofline_seconds(flops, nbytes, dtype) / median
+        if roof > 1.0:
+            log.warning("%s ran at %.2fx the machine model's roofline: the model underestimates "
+                        "this machine (re-probe with `tvm-ext info --reprobe`)", label, roof)
+    return Measurement(abs_err, rel_err, median, float(times.min()),
+                       float((times.max() - times.min()) / median), repeat, threads, flops,
+                       gflops, peak, roof, str(target))

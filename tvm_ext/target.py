@@ -1,0 +1,153 @@
+"""Targets done right: the host CPU with its real ISA, and CUDA by architecture.
+
+TVM 0.27's wheel defaults to the triple ``x86_64-conda-linux-gnu``, with which LLVM rejects
+``mcpu=native`` and silently emits SSE2 code (a 7x slowdown measured on a 512^3 matmul). We
+name the CPU and a canonical triple explicitly and never fall back to generic code silently.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import platform
+import re
+import warnings
+
+from . import _tvm
+
+log = logging.getLogger(__name__)
+
+# The CUDA architectures TVM 0.27's codegen and nvcc accept, oldest to newest.
+CUDA_ARCHS = ("sm_70", "sm_72", "sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a",
+              "sm_100", "sm_100a", "sm_120")
+
+
+# Features that change the code LLVM emits for kernels (vector ISA, FMA, bit manipulation).
+# System features (pku, mwaitx, wbnoinvd, ...) are often hidden by hypervisors and say
+# nothing about kernels, so they do not decide the closest CPU.
+_CODEGEN_FEATURE = re.compile(
+    r"^(sse|ssse|avx|fma|f16c|bmi|amx|popcnt|lzcnt|gfni|vaes|vpclmulqdq|aes|sha|neon|sve|"
+    r"fp-armv8|dotprod|i8mm|bf16|fullfp16)"
+)
+
+
+class HostCPUWarning(UserWarning):
+    """LLVM does not know this CPU by name; the closest known CPU is used instead."""
+
+
+def host_triple() -> str:
+    """A target triple LLVM accepts together with a real ``-mcpu`` on this host."""
+    machine = platform.machine().lower()
+    arch = {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
+    system = platform.system()
+    if system == "Darwin":
+        return f"{arch}-apple-darwin"
+    if system == "Windows":
+        return f"{arch}-pc-windows-msvc"
+    return f"{arch}-unknown-linux-gnu"
+
+
+def _true_features(feature_map) -> frozenset[str]:
+    # The host map lists every feature LLVM knows, each True or False.
+    return frozenset(str(k) for k, v in feature_map.items() if bool(v))
+
+
+def _cpu_features(cpu: str, triple: str) -> frozenset[str]:
+    target = _tvm.Target({"kind": "llvm", "mtriple": triple, "mcpu": cpu})
+    # This map lists only the features the CPU has (values are empty strings).
+    return frozenset(str(k) for k in _tvm.global_func("target.llvm_get_cpu_features")(target))
+
+
+def closest_cpu(host_features: frozenset[str], isa_features: frozenset[str], triple: str) -> str:
+    """The LLVM CPU whose ISA features are a subset of ``host_features``, with the most.
+
+    ``isa_features`` is every feature the host probe reports on (true or false). Only
+    features that change kernel code count; CPU feature sets also hold tuning flags
+    (``fast-*``) and system features that hypervisors hide.
+    """
+    isa_features = frozenset(f for f in isa_features if _CODEGEN_FEATURE.match(f))
+    archlist = _tvm.global_func("target.llvm_get_cpu_archlist")
+    names = [str(n) for n in archlist(_tvm.Target({"kind": "llvm", "mtriple": triple}))]
+    best, best_count = "generic", -1
+    for name in sorted(names):
+        feats = _cpu_features(name, triple) & isa_features
+        if feats <= host_features and len(feats) > best_count:
+            best, best_count = name, len(feats)
+    return best
+
+
+@functools.lru_cache(maxsize=None)
+def _resolve_host_cpu(triple: str) -> tuple[str, str | None]:
+    """(cpu name, warning or None) for this host under ``triple``."""
+    cpu = str(_tvm.global_func("target.llvm_get_system_cpu")())
+    if cpu and cpu != "generic" and _tvm.global_func("target.llvm_is_valid_cpu")(cpu, triple):
+        return cpu, None
+    probe = _tvm.global_func("tvm.codegen.llvm.GetHostCPUFeatures")()
+    closest = closest_cpu(_true_features(probe), frozenset(str(k) for k in probe), triple)
+    return closest, (
+        f"LLVM does not know this CPU ({cpu!r}) under {triple}; using the closest known CPU "
+        f"{closest!r} (its features are a subset of the host's). Pass mcpu= to choose another."
+    )
+
+
+def host_target(mcpu: str | None = None, num_cores: int | None = None) -> "_tvm.Target":
+    """An llvm target for this machine's CPU.
+
+    Parameters
+    ----------
+    mcpu
+        LLVM CPU name; default the host CPU (or the closest CPU LLVM knows, with a warning).
+    num_cores
+        Threads to run with; default the physical core count.
+    """
+    triple = host_triple()
+    if mcpu is None:
+        mcpu, message = _resolve_host_cpu(triple)
+        if message:
+            warnings.warn(message, HostCPUWarning, stacklevel=2)
+    elif not _tvm.global_func("target.llvm_is_valid_cpu")(mcpu, triple):
+        raise ValueError(f"mcpu={mcpu!r} is not a CPU LLVM knows under {triple}")
+    cores = _tvm.physical_cores() if num_cores is None else num_cores
+    if not isinstance(cores, int) or cores < 1:
+        raise ValueError(f"num_cores={num_cores!r} must be a positive int")
+    return _tvm.Target({"kind": "llvm", "mcpu": mcpu, "mtriple": triple, "num-cores": cores})
+
+
+def generic_target(num_cores: int | None = None) -> "_tvm.Target":
+    """The llvm target TVM gives without a CPU name (SSE2 on x86): the baseline to beat."""
+    cores = _tvm.physical_cores() if num_cores is None else num_cores
+    return _tvm.Target({"kind": "llvm", "mtriple": host_triple(), "num-cores": cores})
+
+
+def cuda_target(arch: str = "sm_90") -> "_tvm.Target":
+    """A CUDA target for compute capability ``arch`` (e.g. ``"sm_90"`` for H100/H200)."""
+    if not isinstance(arch, str) or not re.fullmatch(r"sm_\d+a?", arch) or arch not in CUDA_ARCHS:
+        raise ValueError(f"arch={arch!r} is not a CUDA architecture; choose one of {CUDA_ARCHS}")
+    return _tvm.Target({"kind": "cuda", "arch": arch})
+
+
+def as_target(target) -> "_tvm.Target":
+    """Normalize ``target`` (None = host, a Target, or a JSON-style dict) to a Target."""
+    if target is None:
+        return host_target()
+    if isinstance(target, _tvm.Target):
+        return target
+    if isinstance(target, dict):
+        kind = target.get("kind")
+        if kind not in ("llvm", "cuda"):
+            raise ValueError(f"target kind {kind!r} is not supported; choose 'llvm' or 'cuda'")
+        return _tvm.Target(target)
+    raise TypeError(f"target must be None, a tvm.target.Target or a dict, got {type(target).__name__}")
+
+
+def target_cores(target: "_tvm.Target") -> int:
+    """``num-cores`` of an llvm target (the threads to run with)."""
+    attrs = target.attrs
+    if "num-cores" not in attrs:
+        raise ValueError(f"target {target} names no num-cores; use tvm_ext.host_target()")
+    return int(attrs["num-cores"])
+
+
+def target_cpu(target: "_tvm.Target") -> str:
+    """The ``mcpu`` of an llvm target, or ``"generic"``."""
+    return str(target.attrs["mcpu"]) if "mcpu" in target.attrs else "generic"
