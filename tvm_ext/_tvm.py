@@ -29,6 +29,7 @@ import tvm.tirx  # noqa: E402,F401
 from .errors import ThreadConfigError  # noqa: E402
 
 Schedule = tvm.s_tir.Schedule
+ScheduleError = tvm.s_tir.schedule.ScheduleError
 PrimFunc = tvm.tirx.PrimFunc
 IRModule = tvm.IRModule
 Target = tvm.target.Target
