@@ -1,0 +1,75 @@
+"""Hand schedules and tensorize intrinsics: ``schedule(workload, target, **config)``.
+
+Each rule is a small module with a frozen config dataclass (its tunables), per-target defaults
+(``default_config``), a predicate (``applies``) and the schedule itself. A rule that does not
+apply raises :class:`~tvm_ext.errors.ScheduleNotApplicable` saying why; an invalid config is a
+``ValueError`` before any codegen.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from types import ModuleType
+
+from tvm_ext import _tvm
+from tvm_ext.errors import ScheduleNotApplicable
+from tvm_ext.kernels import Workload
+from tvm_ext.target import as_target
+
+from . import (conv2d_cpu, conv2d_cuda, elementwise_cpu, elementwise_cuda, matmul_cpu,
+               matmul_cuda, rows_cpu, rows_cuda)
+
+# (target kind, rule module); the first rule that applies to a workload is used.
+RULES: list[tuple[str, ModuleType]] = [
+    ("llvm", matmul_cpu),
+    ("llvm", conv2d_cpu),
+    ("llvm", rows_cpu),
+    ("llvm", elementwise_cpu),
+    ("cuda", matmul_cuda),
+    ("cuda", conv2d_cuda),
+    ("cuda", rows_cuda),
+    ("cuda", elementwise_cuda),
+]
+KERNELS = ("matmul", "batch_matmul", "conv2d", "softmax", "layernorm", "rmsnorm", "axpy")
+
+
+def find_rule(workload: Workload, target) -> ModuleType:
+    """The rule that schedules ``workload`` on ``target``."""
+    kind = target.kind.name
+    for rule_kind, rule in RULES:
+        if rule_kind == kind and rule.applies(workload):
+            return rule
+    raise ScheduleNotApplicable(
+        f"no hand schedule for {workload.name} on {kind}; available there: "
+        f"{available(target)}")
+
+
+def default_config(workload: Workload, target=None):
+    """The config ``schedule`` would use for ``workload`` on ``target``."""
+    target = as_target(target)
+    return find_rule(workload, target).default_config(workload, target)
+
+
+def schedule(workload: Workload, target=None, **config) -> "_tvm.Schedule":
+    """A ``tvm.s_tir.Schedule`` of ``workload`` for ``target`` (default the host).
+
+    Keyword arguments override fields of the rule's default config; unknown names are a
+    ``ValueError`` listing the valid ones.
+    """
+    if not isinstance(workload, Workload):
+        raise TypeError(f"expected a tvm_ext.kernels Workload, got {type(workload).__name__}")
+    target = as_target(target)
+    rule = find_rule(workload, target)
+    base = rule.default_config(workload, target)
+    names = {f.name for f in dataclasses.fields(base)}
+    unknown = sorted(set(config) - names)
+    if unknown:
+        raise ValueError(f"{type(base).__name__} has no field {unknown}; valid: {sorted(names)}")
+    return rule.schedule(workload, target, dataclasses.replace(base, **config))
+
+
+def available(target=None) -> list[str]:
+    """The kernels that have a hand schedule on ``target``'s kind."""
+    kind = as_target(target).kind.name
+    rules = [rule for rule_kind, rule in RULES if rule_kind == kind]
+    return [k for k in KERNELS if any(k in rule.KERNELS for rule in rules)]

@@ -50,8 +50,11 @@ class MatmulCPUConfig:
             raise ValueError("pack='panel' packs once per panel: use parallel='panels' or pack='full'")
 
 
+KERNELS = ("matmul", "batch_matmul")
+
+
 def applies(workload: Workload) -> bool:
-    return workload.name in ("matmul", "batch_matmul")
+    return workload.name in KERNELS
 
 
 def default_config(workload: Workload, target) -> MatmulCPUConfig:

@@ -50,3 +50,30 @@ def stream_copy(cores: int, n: int, lanes: int):
                     out[p * per_core + r * lanes + v] = a[p * per_core + r * lanes + v]
 
     return copy
+
+
+def stream_read(cores: int, n: int, lanes: int, chains: int = 4):
+    """Sum ``n`` floats split across ``cores`` with ``chains`` vector accumulators each; reads
+    ``4 * n`` bytes and writes almost nothing (no write-allocate traffic to hide)."""
+    width = chains * lanes
+    per_core = n // cores
+    rows = per_core // width
+
+    @T.prim_func
+    def read(a: T.Buffer((n,), "float32"), out: T.Buffer((cores * width,), "float32")):
+        T.func_attr({"global_symbol": "main", "tirx.noalias": True})
+        for p in T.parallel(cores):
+            acc = T.decl_buffer((width,), "float32", scope="local")
+            for c in T.unroll(chains):
+                for v in T.vectorized(lanes):
+                    acc[c * lanes + v] = T.float32(0)
+            for r in range(rows):
+                for c in T.unroll(chains):
+                    for v in T.vectorized(lanes):
+                        acc[c * lanes + v] = acc[c * lanes + v] + a[
+                            p * per_core + r * width + c * lanes + v]
+            for c in T.unroll(chains):
+                for v in T.vectorized(lanes):
+                    out[p * width + c * lanes + v] = acc[c * lanes + v]
+
+    return read

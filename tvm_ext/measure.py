@@ -116,6 +116,52 @@ def _random_inputs(specs, seed: int) -> list[np.ndarray]:
     return out
 
 
+def _prepare(obj, workload, target, reference, seed):
+    """Build ``obj`` and check its parity; returns what timing needs next."""
+    mod = _tvm.as_module(obj)
+    func = _tvm.main_func(mod)
+    target = as_target(target)
+    workload = workload if workload is not None else from_func(func)
+    specs = _tvm.param_specs(func)
+    label = workload.key if workload else str(func.attrs.get("global_symbol", "kernel"))
+    dev = _device(target)
+    lib = _tvm.build(mod, target)
+    threads = target_cores(target) if target.kind.name == "llvm" else 1
+    if workload is not None:
+        arrays = workload.inputs(seed)
+        _check_arrays(arrays, specs, label)
+        with _tvm.threads(threads):
+            result = run(lib, arrays, dev)
+        outs = [result[i] for i in workload.outputs]
+        errors = check_parity(outs, workload.reference(arrays), label)
+        cost = (workload.flops, workload.min_bytes, workload.dtype)
+    elif reference is not None:
+        ref_mod = _tvm.as_module(reference)
+        _check_arrays(_random_inputs(_tvm.param_specs(_tvm.main_func(ref_mod)), seed), specs,
+                      f"{label} vs its reference")
+        arrays = _random_inputs(specs, seed)
+        with _tvm.threads(threads):
+            result = run(lib, arrays, dev)
+            expected = run(_tvm.build(ref_mod, target), arrays, dev)
+        errors = check_parity(result, expected, label)
+        nbytes = sum(int(np.prod(s)) * np_dtype(d).itemsize for s, d in specs)
+        cost = (int(_tvm.tvm.s_tir.analysis.estimate_tir_flops(mod)), nbytes, specs[0][1])
+    else:
+        raise ValueError(
+            f"{label}: no reference to check parity against; pass workload= (a tvm_ext.kernels "
+            "Workload) or reference= (the unscheduled PrimFunc/IRModule)")
+    return target, label, dev, lib, threads, arrays, errors, cost
+
+
+def verify(obj, workload: Workload | None = None, target=None, *, reference=None,
+           seed: int = 0) -> tuple[float, float]:
+    """Build and run ``obj`` once and check parity, without timing: (max abs, max rel) error.
+
+    Raises ParityError past the dtype's tolerance; the references are those of :func:`measure`.
+    """
+    return _prepare(obj, workload, target, reference, seed)[6]
+
+
 def measure(obj, workload: Workload | None = None, target=None, *, reference=None,
             machine: MachineModel | None = None, repeat: int = 10, min_repeat_ms: int = 50,
             seed: int = 0) -> Measurement:
@@ -128,41 +174,8 @@ def measure(obj, workload: Workload | None = None, target=None, *, reference=Non
     """
     if not isinstance(repeat, int) or repeat < 1:
         raise ValueError(f"repeat={repeat!r} must be a positive int")
-    mod = _tvm.as_module(obj)
-    func = _tvm.main_func(mod)
-    target = as_target(target)
-    workload = workload if workload is not None else from_func(func)
-    specs = _tvm.param_specs(func)
-    label = workload.key if workload else str(func.attrs.get("global_symbol", "kernel"))
-    dev = _device(target)
-    lib = _tvm.build(mod, target)
-    threads = target_cores(target) if target.kind.name == "llvm" else 1
-
-    if workload is not None:
-        arrays = workload.inputs(seed)
-        _check_arrays(arrays, specs, label)
-        with _tvm.threads(threads):
-            result = run(lib, arrays, dev)
-        outs = [result[i] for i in workload.outputs]
-        abs_err, rel_err = check_parity(outs, workload.reference(arrays), label)
-        flops, nbytes, dtype = workload.flops, workload.min_bytes, workload.dtype
-    elif reference is not None:
-        ref_mod = _tvm.as_module(reference)
-        _check_arrays(_random_inputs(_tvm.param_specs(_tvm.main_func(ref_mod)), seed), specs,
-                      f"{label} vs its reference")
-        arrays = _random_inputs(specs, seed)
-        with _tvm.threads(threads):
-            result = run(lib, arrays, dev)
-            expected = run(_tvm.build(ref_mod, target), arrays, dev)
-        abs_err, rel_err = check_parity(result, expected, label)
-        flops = int(_tvm.tvm.s_tir.analysis.estimate_tir_flops(mod))
-        nbytes = sum(int(np.prod(s)) * np_dtype(d).itemsize for s, d in specs)
-        dtype = specs[0][1]
-    else:
-        raise ValueError(
-            f"{label}: no reference to check parity against; pass workload= (a tvm_ext.kernels "
-            "Workload) or reference= (the unscheduled PrimFunc/IRModule)")
-
+    target, label, dev, lib, threads, arrays, (abs_err, rel_err), (flops, nbytes, dtype) = \
+        _prepare(obj, workload, target, reference, seed)
     tensors = [_tvm.tensor(a, dev) for a in arrays]
     ev = lib.time_evaluator(lib.entry_name, dev, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms)
     with _tvm.threads(threads):

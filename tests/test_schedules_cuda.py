@@ -1,0 +1,85 @@
+"""CUDA schedules: the generated source has the structure the schedule promises; parity
+needs a GPU and is skipped without one."""
+
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from tvm_ext import _tvm, cuda_target, kernels as K, schedules as S
+from tvm_ext.measure import verify
+
+TARGET = cuda_target("sm_90")
+CASES = [
+    K.matmul(256, 256, 128), K.matmul(100, 70, 33), K.batch_matmul(4, 128, 128, 64),
+    K.conv2d(1, 64, 56, 56, 64, 3, 3, 1, 1), K.conv2d(2, 3, 17, 13, 6, 3, 3, 2, 1),
+    K.softmax(64, 1024), K.layernorm(37, 1000), K.rmsnorm(8, 33, "float16"), K.axpy(1 << 16),
+]
+
+
+def kernel_source(w) -> str:
+    src = _tvm.build(S.schedule(w, TARGET).mod, TARGET).imports[0].inspect_source()
+    return src[src.index('extern "C" __global__'):]  # skip the header's macro definitions
+
+
+def has_gpu() -> bool:
+    return bool(_tvm.tvm.cuda(0).exist)
+
+
+@pytest.mark.parametrize("w", CASES, ids=lambda w: w.key)
+def test_cuda_source_compiles_with_nvcc(w, tmp_path):
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not installed")
+    src = _tvm.build(S.schedule(w, TARGET).mod, TARGET).imports[0].inspect_source()
+    (tmp_path / "k.cu").write_text(src)
+    done = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-o", str(tmp_path / "k.cubin"),
+                           str(tmp_path / "k.cu")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("w", [K.matmul(256, 256, 128), K.batch_matmul(4, 128, 128, 64)],
+                         ids=lambda w: w.key)
+def test_matmul_stages_cooperatively_vectorized_and_double_buffered(w):
+    src = kernel_source(w)
+    cfg = S.default_config(w, TARGET)
+    assert f"__launch_bounds__({cfg.threads})" in src
+    assert re.search(r"__shared__ .*float A_shared", src) and "B_shared" in src
+    assert src.count("__syncthreads()") >= 2
+    vec = {4: "float4", 2: "float2"}[cfg.vec]
+    # Cooperative: each thread stores one vector per shared tile per stage, never a loop over
+    # the whole tile (the lecture's version had every thread copy every element).
+    stores = re.findall(rf"\*\({vec}\*\)\((A|B)_shared_ptr \+", src)
+    per_stage = (cfg.bm * cfg.bk + cfg.bk * cfg.bn) // (cfg.threads * cfg.vec)
+    assert len(stores) == 2 * per_stage  # prologue + pipelined body
+    assert "& 1) *" in src  # two shared buffers alternate (double buffering)
+
+
+def test_row_reductions_use_warp_shuffles():
+    for w in (K.softmax(64, 1024), K.layernorm(37, 1000), K.rmsnorm(8, 33, "float16")):
+        src = kernel_source(w)
+        assert "__shfl_down_sync(" in src, w.key
+        assert "threadIdx.x" in src and "blockIdx.x" in src
+
+
+def test_conv2d_stages_input_and_weights_in_shared_memory():
+    src = kernel_source(K.conv2d(1, 64, 56, 56, 64, 3, 3, 1, 1))
+    assert "pad_shared" in src and "W_shared" in src and "__syncthreads()" in src
+    assert "pad_ptr" not in src  # padding happens while staging; no padded copy in global
+
+
+def test_cuda_config_errors():
+    with pytest.raises(ValueError, match="threads per block"):
+        S.schedule(K.matmul(64, 64, 64), TARGET, bm=128, bn=128, tm=1, tn=1)
+    with pytest.raises(ValueError, match="does not split evenly"):
+        S.schedule(K.matmul(64, 64, 64), TARGET, bm=32, bn=32, tm=2, tn=2, vec=4)
+    with pytest.raises(ValueError, match="multiple of 32"):
+        S.schedule(K.softmax(4, 64), TARGET, threads=48)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("w", CASES, ids=lambda w: w.key)
+def test_cuda_parity(w):
+    if not has_gpu():
+        pytest.skip("no CUDA device on this machine")
+    verify(S.schedule(w, TARGET), w, TARGET)
