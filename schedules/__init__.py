@@ -17,10 +17,12 @@ from tvm_ext.kernels import Workload
 from tvm_ext.target import as_target
 
 from . import (conv2d_cpu, conv2d_cuda, elementwise_cpu, elementwise_cuda, matmul_cpu,
-               matmul_cuda, rows_cpu, rows_cuda)
+               matmul_cuda, matmul_vnni, rows_cpu, rows_cuda)
+from .intrin_x86 import VNNI_DOT_16x4, register_x86_intrinsics
 
 # (target kind, rule module); the first rule that applies to a workload is used.
 RULES: list[tuple[str, ModuleType]] = [
+    ("llvm", matmul_vnni),  # uint8 x int8 on AVX512-VNNI CPUs; other matmuls fall through
     ("llvm", matmul_cpu),
     ("llvm", conv2d_cpu),
     ("llvm", rows_cpu),
@@ -37,7 +39,7 @@ def find_rule(workload: Workload, target) -> ModuleType:
     """The rule that schedules ``workload`` on ``target``."""
     kind = target.kind.name
     for rule_kind, rule in RULES:
-        if rule_kind == kind and rule.applies(workload):
+        if rule_kind == kind and rule.applies(workload, target):
             return rule
     raise ScheduleNotApplicable(
         f"no hand schedule for {workload.name} on {kind}; available there: "

@@ -45,7 +45,7 @@ def out_width(w: Workload) -> int:
 KERNELS = ("conv2d",)
 
 
-def applies(workload: Workload) -> bool:
+def applies(workload: Workload, target=None) -> bool:
     return workload.name in KERNELS
 
 

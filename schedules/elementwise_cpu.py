@@ -26,7 +26,7 @@ class ElementwiseCPUConfig:
 KERNELS = ("axpy",)
 
 
-def applies(workload: Workload) -> bool:
+def applies(workload: Workload, target=None) -> bool:
     return workload.name in KERNELS
 
 

@@ -53,7 +53,7 @@ class MatmulCPUConfig:
 KERNELS = ("matmul", "batch_matmul")
 
 
-def applies(workload: Workload) -> bool:
+def applies(workload: Workload, target=None) -> bool:
     return workload.name in KERNELS
 
 

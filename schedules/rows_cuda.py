@@ -34,7 +34,7 @@ class RowsCUDAConfig:
                              f"{target.attrs['max_num_threads']}")
 
 
-def applies(workload: Workload) -> bool:
+def applies(workload: Workload, target=None) -> bool:
     return workload.name in KERNELS
 
 

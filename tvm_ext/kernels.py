@@ -22,11 +22,17 @@ from ._tvm import te
 from ._kernels_script import axpy_func
 
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")
-MATMUL_DTYPES = FLOAT_DTYPES + ("int8",)
+# "uint8" is x86's VNNI operand convention: A uint8, B int8, int32 accumulation.
+MATMUL_DTYPES = FLOAT_DTYPES + ("int8", "uint8")
 ROW_DTYPES = ("float32", "float16")
 # Accumulation (and output) dtype per input dtype: fp32 accumulation for narrow floats (the
 # WMMA/AMX/AVX512-BF16 contract), int32 for int8 (the VNNI contract).
-ACC_DTYPE = {"float32": "float32", "float16": "float32", "bfloat16": "float32", "int8": "int32"}
+ACC_DTYPE = {"float32": "float32", "float16": "float32", "bfloat16": "float32", "int8": "int32",
+             "uint8": "int32"}
+
+
+def _b_dtype(dtype: str) -> str:
+    return "int8" if dtype == "uint8" else dtype
 WORKLOAD_ATTR = "tvm_ext.workload"
 
 
@@ -83,6 +89,8 @@ def _check_dtype(dtype, choices: Sequence[str], kernel: str) -> None:
 def _random(rng: np.random.Generator, shape, dtype: str, low=-1.0, high=1.0) -> np.ndarray:
     if dtype == "int8":
         return rng.integers(-128, 128, size=shape, dtype=np.int8)
+    if dtype == "uint8":
+        return rng.integers(0, 256, size=shape, dtype=np.uint8)
     return rng.uniform(low, high, size=shape).astype(np_dtype(dtype))
 
 
@@ -116,7 +124,7 @@ def matmul(M: int, N: int, K: int, dtype: str = "float32", transpose_b: bool = F
         raise TypeError(f"transpose_b={transpose_b!r} must be a bool")
     acc = ACC_DTYPE[dtype]
     A = te.placeholder((M, K), dtype, name="A")
-    B = te.placeholder((N, K) if transpose_b else (K, N), dtype, name="B")
+    B = te.placeholder((N, K) if transpose_b else (K, N), _b_dtype(dtype), name="B")
     k = te.reduce_axis((0, K), name="k")
 
     def b_at(kk, j):
@@ -130,7 +138,7 @@ def matmul(M: int, N: int, K: int, dtype: str = "float32", transpose_b: bool = F
     b_shape = (N, K) if transpose_b else (K, N)
     return _make(
         "matmul", args, [A, B, C], 2 * M * N * K, dtype,
-        lambda rng: [_random(rng, (M, K), dtype), _random(rng, b_shape, dtype)],
+        lambda rng: [_random(rng, (M, K), dtype), _random(rng, b_shape, _b_dtype(dtype))],
         lambda a: [_wide(a[0]) @ (_wide(a[1]).T if transpose_b else _wide(a[1]))],
     )
 
@@ -141,7 +149,7 @@ def batch_matmul(batch: int, M: int, N: int, K: int, dtype: str = "float32") -> 
     _check_dtype(dtype, MATMUL_DTYPES, "batch_matmul")
     acc = ACC_DTYPE[dtype]
     A = te.placeholder((batch, M, K), dtype, name="A")
-    B = te.placeholder((batch, K, N), dtype, name="B")
+    B = te.placeholder((batch, K, N), _b_dtype(dtype), name="B")
     k = te.reduce_axis((0, K), name="k")
     C = te.compute((batch, M, N),
                    lambda b, i, j: te.sum(A[b, i, k].astype(acc) * B[b, k, j].astype(acc), axis=k),
@@ -149,7 +157,8 @@ def batch_matmul(batch: int, M: int, N: int, K: int, dtype: str = "float32") -> 
     return _make(
         "batch_matmul", {"batch": batch, "M": M, "N": N, "K": K, "dtype": dtype}, [A, B, C],
         2 * batch * M * N * K, dtype,
-        lambda rng: [_random(rng, (batch, M, K), dtype), _random(rng, (batch, K, N), dtype)],
+        lambda rng: [_random(rng, (batch, M, K), dtype),
+                     _random(rng, (batch, K, N), _b_dtype(dtype))],
         lambda a: [np.matmul(_wide(a[0]), _wide(a[1]))],
     )
 

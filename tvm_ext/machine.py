@@ -57,7 +57,7 @@ class MachineModel:
 
     def peak(self, dtype: str) -> float:
         """Compute peak (FLOP/s) for kernels whose inputs are ``dtype``."""
-        key = {"float16": "float32"}.get(dtype, dtype)
+        key = {"float16": "float32", "uint8": "int8"}.get(dtype, dtype)
         if key not in self.peaks:
             raise ValueError(f"no compute peak for dtype={dtype!r}; known: {sorted(self.peaks)}")
         return self.peaks[key].value
