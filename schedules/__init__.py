@@ -17,8 +17,10 @@ from tvm_ext.kernels import Workload
 from tvm_ext.target import as_target
 
 from . import (conv2d_cpu, conv2d_cuda, elementwise_cpu, elementwise_cuda, matmul_cpu,
-               matmul_cuda, matmul_vnni, rows_cpu, rows_cuda)
+               matmul_cuda, matmul_vnni, matmul_wmma, rows_cpu, rows_cuda)
+from .intrin_cuda import register_cuda_intrinsics
 from .intrin_x86 import VNNI_DOT_16x4, register_x86_intrinsics
+from .sweep import tile_sweep
 
 # (target kind, rule module); the first rule that applies to a workload is used.
 RULES: list[tuple[str, ModuleType]] = [
@@ -27,6 +29,7 @@ RULES: list[tuple[str, ModuleType]] = [
     ("llvm", conv2d_cpu),
     ("llvm", rows_cpu),
     ("llvm", elementwise_cpu),
+    ("cuda", matmul_wmma),  # fp16 on tensor cores; other matmuls fall through
     ("cuda", matmul_cuda),
     ("cuda", conv2d_cuda),
     ("cuda", rows_cuda),

@@ -27,6 +27,7 @@ class MatmulCPUConfig:
     thread packs what it uses); ``"full"`` packs all of B up front (in parallel), for when the
     threads split rows rather than panels; ``"none"`` reads B in place (when it fits in L1).
     ``parallel``: ``"panels"`` (over column panels) or ``"tiles"`` (over panels x row blocks).
+    ``unroll_k``: reduction steps unrolled in the micro-kernel (must divide K).
     """
 
     mr: int = 8
@@ -34,6 +35,7 @@ class MatmulCPUConfig:
     lanes: int = 16
     pack: str = "panel"
     parallel: str = "panels"
+    unroll_k: int = 1  # reduction steps unrolled in the micro-kernel
 
     def validate(self, target) -> None:
         check_config(self)
@@ -63,14 +65,17 @@ def default_config(workload: Workload, target) -> MatmulCPUConfig:
     threads when there are enough of them, else panels x row blocks."""
     lanes = lanes_for(target, 32)
     M, N, K = (workload.args[d] for d in ("M", "N", "K"))
-    nr = 4 * lanes if (M <= 4 * lanes and N >= 8 * lanes) else 2 * lanes
+    nr = 4 * lanes if (M <= 4 * lanes and N >= 8 * lanes) or N == 4 * lanes else 2 * lanes
     nr = min(nr, lanes * ceil_div(N, lanes))
     mr = 4 if nr >= 4 * lanes else 8
     small_b = K * N * np_dtype(workload.dtype).itemsize <= 32 * 1024
     in_place = small_b and not workload.args.get("transpose_b", False) and N % nr == 0
     parallel = "panels" if ceil_div(N, nr) >= 2 * _tvm.physical_cores() else "tiles"
     pack = "none" if in_place else ("panel" if parallel == "panels" else "full")
-    return MatmulCPUConfig(mr=mr, nr=nr, lanes=lanes, pack=pack, parallel=parallel)
+    # A narrow, short-K product (2048x64x64) is loop-overhead bound: unroll k (measured 1.1x).
+    unroll_k = 8 if in_place and nr == 4 * lanes and K % 8 == 0 else 1
+    return MatmulCPUConfig(mr=mr, nr=nr, lanes=lanes, pack=pack, parallel=parallel,
+                           unroll_k=unroll_k)
 
 
 def _block(sch, name):
@@ -94,6 +99,8 @@ def schedule(workload: Workload, target, config: MatmulCPUConfig) -> "_tvm.Sched
     config.validate(target)
     mr, nr = config.mr, config.nr
     M, N, K = (workload.args[d] for d in ("M", "N", "K"))
+    if K % config.unroll_k:
+        raise ValueError(f"unroll_k={config.unroll_k} must divide K={K}")
     transposed = workload.args.get("transpose_b", False)
     batched = workload.name == "batch_matmul"
     sch = _tvm.Schedule(workload.func)
@@ -126,6 +133,9 @@ def schedule(workload: Workload, target, config: MatmulCPUConfig) -> "_tvm.Sched
         sch.reverse_compute_inline(crop)  # the write-back stores straight into C, predicated
     else:
         sch.vectorize(sch.get_loops(acc)[-1])
+    if config.unroll_k > 1:
+        k, k_in = sch.split(k, [None, config.unroll_k])
+        sch.unroll(k_in)
     jj, jv = sch.split(j1, [None, config.lanes])
     sch.unroll(i1)
     sch.unroll(jj)

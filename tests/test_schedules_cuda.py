@@ -13,6 +13,7 @@ from tvm_ext.measure import verify
 TARGET = cuda_target("sm_90")
 CASES = [
     K.matmul(256, 256, 128), K.matmul(100, 70, 33), K.batch_matmul(4, 128, 128, 64),
+    K.matmul(256, 256, 256, "float16"), K.matmul(100, 70, 40, "float16"),
     K.conv2d(1, 64, 56, 56, 64, 3, 3, 1, 1), K.conv2d(2, 3, 17, 13, 6, 3, 3, 2, 1),
     K.softmax(64, 1024), K.layernorm(37, 1000), K.rmsnorm(8, 33, "float16"), K.axpy(1 << 16),
 ]
@@ -60,6 +61,22 @@ def test_row_reductions_use_warp_shuffles():
         src = kernel_source(w)
         assert "__shfl_down_sync(" in src, w.key
         assert "threadIdx.x" in src and "blockIdx.x" in src
+
+
+@pytest.mark.parametrize("shape", [(256, 256, 256), (100, 70, 40)])
+def test_fp16_matmul_is_tensorized_onto_wmma(shape):
+    w = K.matmul(*shape, dtype="float16")
+    src = kernel_source(w)
+    for call in ("wmma::fill_fragment", "wmma::load_matrix_sync", "wmma::mma_sync",
+                 "wmma::store_matrix_sync"):
+        assert call in src, call
+    assert "__shared__" in src and "__syncthreads()" in src
+    assert "tensorize" in str(S.schedule(w, TARGET).trace)
+
+
+def test_wmma_needs_volta():
+    with pytest.raises(ValueError, match="WMMA needs sm_70"):
+        S.schedule(K.matmul(64, 64, 64, "float16"), {"kind": "cuda", "arch": "sm_61"})
 
 
 def test_conv2d_stages_input_and_weights_in_shared_memory():

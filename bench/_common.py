@@ -1,0 +1,52 @@
+"""Shared helpers for the benchmark scripts: timing peers fairly, writing README tables."""
+
+from __future__ import annotations
+
+import datetime
+import pathlib
+import platform
+import re
+import statistics
+import time
+
+import pandas as pd
+
+README = pathlib.Path(__file__).with_name("README.md")
+
+
+def cpu_name() -> str:
+    """The CPU model as the kernel reports it (every figure names the machine it ran on)."""
+    try:
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def time_callable(fn, min_seconds: float = 0.05, repeat: int = 7) -> float:
+    """Median seconds per call of ``fn`` over ``repeat`` samples of at least ``min_seconds``."""
+    fn()
+    start = time.perf_counter()
+    fn()
+    once = max(time.perf_counter() - start, 1e-7)
+    number = max(1, int(min_seconds / once))
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for _ in range(number):
+            fn()
+        samples.append((time.perf_counter() - start) / number)
+    return statistics.median(samples)
+
+
+def write_section(name: str, header: str, table: pd.DataFrame) -> None:
+    """Replace the README section between ``<!-- name -->`` markers with a fresh table."""
+    text = README.read_text() if README.exists() else "# Benchmarks\n"
+    stamp = datetime.date.today().isoformat()
+    body = f"<!-- {name} -->\n{header}\n\nMeasured {stamp} on {cpu_name()}.\n\n"
+    body += table.to_markdown(index=False, floatfmt=".2f") + f"\n<!-- /{name} -->"
+    pattern = re.compile(rf"<!-- {name} -->.*?<!-- /{name} -->", re.S)
+    text = pattern.sub(body, text) if pattern.search(text) else text.rstrip() + "\n\n" + body + "\n"
+    README.write_text(text)
