@@ -1,0 +1,12 @@
+"""Cost policies: facts about candidates, policies that rank them and bound their run time.
+
+``from tvm_ext.cost import RooflinePolicy, evaluate``; ``evaluate(policy, sch, target)`` is the
+validated path every caller goes through.
+"""
+
+from .features import BlockFacts, CandidateFeatures, features
+from .policy import Cost, ExecutionCostPolicy, evaluate, hard_constraints
+from .roofline import RooflinePolicy
+
+__all__ = ["BlockFacts", "CandidateFeatures", "Cost", "ExecutionCostPolicy", "RooflinePolicy",
+           "evaluate", "features", "hard_constraints"]

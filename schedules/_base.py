@@ -6,6 +6,7 @@ import dataclasses
 
 from tvm_ext import _tvm
 from tvm_ext.errors import ScheduleNotApplicable
+from tvm_ext.target import lanes_for, vector_bits  # noqa: F401  (re-exported for the rules)
 
 
 def check(cond: bool, message: str) -> None:
@@ -20,16 +21,6 @@ def check_config(config) -> None:
         value = getattr(config, f.name)
         if f.type in ("int", int) and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise ValueError(f"{type(config).__name__}: {f.name}={value!r} must be a positive int")
-
-
-def vector_bits(target) -> int:
-    """Widest vector register of an llvm target, in bits (512 with AVX-512, 256 with AVX2)."""
-    return int(_tvm.global_func("target.llvm_get_vector_width")(target))
-
-
-def lanes_for(target, dtype_bits: int = 32) -> int:
-    """Vector lanes of ``dtype_bits``-wide elements on ``target``."""
-    return max(vector_bits(target) // dtype_bits, 1)
 
 
 def is_cpu(target) -> bool:

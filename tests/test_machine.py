@@ -34,7 +34,7 @@ def test_cache_round_trip_and_corrupt_cache(tmp_path, monkeypatch, machine, host
     monkeypatch.setattr(M, "cache_path", lambda target: path)
     path.write_text(json.dumps(machine.to_json()))
     assert M.host_machine(host) == machine
-    path.write_text('{"schema": 2, "cpu": "x"}')  # truncated: probed again, then rewritten
+    path.write_text('{"schema": 4, "cpu": "x"}')  # truncated: probed again, then rewritten
     calls = []
     monkeypatch.setattr(M, "probe", lambda target: calls.append(1) or machine)
     assert M.host_machine(host) == machine and calls == [1]

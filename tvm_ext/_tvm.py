@@ -117,3 +117,49 @@ def tensor(array, device):
 def build(mod: "tvm.IRModule", target: "tvm.target.Target"):
     """Compile a TIR module for ``target``; returns the runtime module."""
     return tvm.tirx.build(mod, target=target)
+
+
+def meta_schedule(target_kind: str = "llvm"):
+    """``tvm.s_tir.meta_schedule``, without paying for every tensor intrinsic TVM has.
+
+    MetaSchedule imports ``tvm.s_tir.tensor_intrin`` (registering ~500 intrinsics, 19-43 s
+    here) when a tuning context is made. The package is entered in ``sys.modules`` as a plain
+    namespace over TVM's own files; only CUDA targets import a submodule (the WMMA/MMA
+    intrinsics its stock rules use); CPU tuning uses a rule set without intrinsic rules
+    (tvm_ext.tune._space). TVM's files are not changed; ``import tvm.s_tir.tensor_intrin.x86``
+    still works afterwards.
+    """
+    import importlib
+    import sys
+    import types
+
+    name = "tvm.s_tir.tensor_intrin"
+    if name not in sys.modules:
+        package = types.ModuleType(name, "tensor intrinsics, loaded per ISA by tvm_ext")
+        package.__path__ = [os.path.join(os.path.dirname(tvm.s_tir.__file__), "tensor_intrin")]
+        sys.modules[name] = package
+        tvm.s_tir.tensor_intrin = package
+    if target_kind == "cuda":
+        importlib.import_module(f"{name}.cuda")
+    from tvm.s_tir import meta_schedule as ms
+
+    return ms
+
+
+def build_for_tuning(mod, target, _params=None):
+    """MetaSchedule's default build without importing every tensor intrinsic in the worker
+    (the stock one does, in every fresh builder process: 19-43 s each)."""
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
+    return tvm.tirx.build(mod, target=target)
+
+
+def set_runner_threads(n: int) -> None:
+    """Popen-worker initializer: the runner's kernels use ``n`` threads (the target's cores)."""
+    os.environ["TVM_NUM_THREADS"] = str(n)
+
+
+def json_of_target(target) -> str:
+    """A target as the JSON its constructor accepts back (``Target(json.loads(s))``)."""
+    return str(target)

@@ -24,6 +24,8 @@ def _info(args) -> int:
     rows = [("peak " + k, f"{v.value / 1e9:.1f} GFLOP/s", v.source, v.note) for k, v in model.peaks.items()]
     rows += [("bandwidth " + k, f"{v.value / 1e9:.1f} GB/s", v.source, v.note)
              for k, v in model.bandwidth.items()]
+    lat = model.fma_latency
+    rows.append(("FMA latency", f"{lat.value * 1e9:.2f} ns", lat.source, lat.note))
     print(pd.DataFrame(rows, columns=["figure", "value", "source", "note"]).to_string(index=False))
     return 0
 
@@ -35,10 +37,38 @@ def _lab(args) -> int:
     target = host_target()
     print(f"schedule mini-lab: matmul {args.size}^3 float32 on {target.attrs['mcpu']}, "
           f"{target.attrs['num-cores']} threads")
-    table = run_lab(args.size, target)
+    table = run_lab(args.size, target, trials=args.trials)
     with pd.option_context("display.max_colwidth", 90, "display.width", 200):
         print(table.to_string(index=False, float_format=lambda x: f"{x:.2f}"))
     return 0 if not table["parity"].str.startswith("FAIL").any() else 1
+
+
+def _tune(args) -> int:
+    import inspect
+
+    from . import kernels
+    from .target import host_target
+    from .tune import tune
+
+    ctor = kernels.SUITE.get(args.kernel)
+    if ctor is None:
+        raise SystemExit(f"unknown kernel {args.kernel!r}; choose one of {sorted(kernels.SUITE)}")
+    dims = [p for p in inspect.signature(ctor).parameters.values()
+            if p.annotation in (int, "int") and p.default is inspect.Parameter.empty]
+    if len(args.shape) != len(dims):
+        raise SystemExit(f"{args.kernel} takes {len(dims)} sizes ({', '.join(d.name for d in dims)}), "
+                         f"got {len(args.shape)}")
+    w = ctor(*args.shape, **({"dtype": args.dtype} if args.dtype else {}))
+    target = host_target()
+    r = tune(w.func, target, trials=args.trials, seed=args.seed, log_dir=args.log_dir,
+             audit=args.audit)
+    m, st = r.measurement, r.stats
+    print(f"{w.key} on {target.attrs['mcpu']} ({m.threads} threads), winner from the {r.source}")
+    print(f"  parity ok (max rel error {m.max_rel_error:.1e}); {m.seconds * 1e3:.3f} ms; "
+          f"{m.gflops:.1f} GFLOP/s; {100 * m.peak_fraction:.1f}% of peak; bound: {r.binding}")
+    print(f"  candidates: {st['generated']} generated, {st['dropped']} dropped by the bound, "
+          f"{st['measured']} measured, {st['regrets']} regrets; logs in {r.work_dir}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,6 +81,16 @@ def main(argv: list[str] | None = None) -> int:
     lab = sub.add_parser("lab", help="the schedule mini-lab table")
     lab.add_argument("--size", type=int, default=512, help="matmul size (default 512)")
     lab.set_defaults(run=_lab)
+    tune = sub.add_parser("tune", help="tune one kernel of the suite on the host CPU")
+    tune.add_argument("kernel", help="matmul, batch_matmul, conv2d, softmax, layernorm, ...")
+    tune.add_argument("shape", type=int, nargs="+", help="the kernel's sizes, in order")
+    tune.add_argument("--dtype", default=None)
+    tune.add_argument("--trials", type=int, default=64)
+    tune.add_argument("--seed", type=int, default=0)
+    tune.add_argument("--log-dir", default=None, help="keep the MetaSchedule database here")
+    tune.add_argument("--audit", action="store_true", help="measure dropped candidates too")
+    tune.set_defaults(run=_tune)
+    lab.add_argument("--trials", type=int, default=32, help="trials for the tuned row (0: none)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")

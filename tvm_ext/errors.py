@@ -31,3 +31,12 @@ class ProbeError(TvmExtError):
 
 class ScheduleNotApplicable(TvmExtError):
     """A hand schedule does not apply to this workload on this target; the message says why."""
+
+
+class PolicyError(TvmExtError):
+    """A cost policy returned an invalid number (NaN, infinite, negative) or failed; the
+    message names the policy."""
+
+    def __init__(self, message: str, *, policy: str):
+        super().__init__(message)
+        self.policy = policy

@@ -25,24 +25,35 @@ class LabRow:
     note: str
 
 
-def default_rows() -> list[LabRow]:
-    """The rows the lab shows today (later issues add tuned and tensorized rows)."""
+def default_rows(trials: int = 32) -> list[LabRow]:
+    """Naive, the lecture's schedule, our hand schedule, and (``trials`` > 0) a tuned one."""
+    from tvm_ext import schedules
     from tvm_ext.schedules.lecture import lecture_cpu_matmul
 
-    return [
+    rows = [
         LabRow("naive", lambda w: w.func,
                "scalar loop nest, B streamed column-wise: bound by cache misses, not compute"),
         LabRow("lecture cpu", lecture_cpu_matmul,
                "32x32 tile + local accumulator + vectorize + parallel: chases the fp32 FMA roof"),
+        LabRow("hand (library)", lambda w: schedules.schedule(w),
+               "register-blocked micro-kernel over packed B panels: the fp32 FMA roof"),
     ]
+    if trials > 0:
+        from tvm_ext.tune import tune
+
+        rows.append(LabRow(f"tuned ({trials} trials)",
+                           lambda w: tune(w.func, trials=trials, seed=0, progress=False).mod,
+                           "MetaSchedule + roofline pruning, seeded by the hand schedule"))
+    return rows
 
 
-def run_lab(size: int = 512, target=None, rows: list[LabRow] | None = None) -> pd.DataFrame:
+def run_lab(size: int = 512, target=None, rows: list[LabRow] | None = None,
+            trials: int = 32) -> pd.DataFrame:
     """Measure every row on ``matmul(size, size, size)``; a parity failure shows, not a speed."""
     target = as_target(target)
     workload = kernels.matmul(size, size, size)
     records = []
-    for row in rows if rows is not None else default_rows():
+    for row in rows if rows is not None else default_rows(trials):
         record = {"schedule": row.name}
         try:
             m = measure(row.make(workload), workload, target)

@@ -21,10 +21,10 @@ import platformdirs
 from . import _tvm
 from ._probe_kernels import fma_chains, stream_copy, stream_read
 from .errors import ProbeError
-from .target import as_target, target_cores, target_cpu
+from .target import as_target, lanes_for, target_cores, target_cpu
 
 log = logging.getLogger(__name__)
-SCHEMA = 2
+SCHEMA = 4
 LEVELS = ("llc", "dram")
 
 # Peak of a compute path relative to the fp32 FMA peak, per core and cycle, from the vendors'
@@ -54,6 +54,9 @@ class MachineModel:
     peaks: dict[str, Figure]
     bandwidth: dict[str, Figure]
     llc_bytes: int  # bytes that stay on chip: the LLC plus every core's L2
+    l2_bytes: int  # bytes of every core's L2 together
+    vector_lanes: int  # fp32 lanes of the widest vector register
+    fma_latency: Figure  # seconds from one dependent FMA to the next (value in s, not 1/s)
 
     def peak(self, dtype: str) -> float:
         """Compute peak (FLOP/s) for kernels whose inputs are ``dtype``."""
@@ -69,16 +72,22 @@ class MachineModel:
         return max(flops / self.peak(dtype), nbytes / self.bandwidth[level].value)
 
     def with_overrides(self, overrides: dict[str, float]) -> "MachineModel":
-        """A copy with figures given by the user: keys ``peak.<dtype>`` or ``bw.<level>``."""
-        peaks, bw = dict(self.peaks), dict(self.bandwidth)
+        """A copy with figures given by the user: keys ``peak.<dtype>``, ``bw.<level>`` or
+        ``fma_latency`` (seconds)."""
+        peaks, bw, latency = dict(self.peaks), dict(self.bandwidth), self.fma_latency
         for key, value in overrides.items():
             kind, _, name = key.partition(".")
-            if kind not in ("peak", "bw") or not name or (kind == "bw" and name not in LEVELS):
-                raise ValueError(f"override key {key!r}: use 'peak.<dtype>' or 'bw.<{'|'.join(LEVELS)}>'")
+            valid = (kind == "peak" and name) or (kind == "bw" and name in LEVELS) or key == "fma_latency"
+            if not valid:
+                raise ValueError(f"override key {key!r}: use 'peak.<dtype>', "
+                                 f"'bw.<{'|'.join(LEVELS)}>' or 'fma_latency'")
             if not isinstance(value, (int, float)) or not np.isfinite(value) or value <= 0:
                 raise ValueError(f"override {key}={value!r} must be a positive finite number")
-            (peaks if kind == "peak" else bw)[name] = Figure(float(value), "user")
-        return dataclasses.replace(self, peaks=peaks, bandwidth=bw)
+            if key == "fma_latency":
+                latency = Figure(float(value), "user")
+            else:
+                (peaks if kind == "peak" else bw)[name] = Figure(float(value), "user")
+        return dataclasses.replace(self, peaks=peaks, bandwidth=bw, fma_latency=latency)
 
     def to_json(self) -> dict:
         return {"schema": SCHEMA, **dataclasses.asdict(self)}
@@ -89,7 +98,8 @@ class MachineModel:
             raise ValueError(f"machine model schema {data.get('schema')!r}, expected {SCHEMA}")
         return cls(data["cpu"], int(data["cores"]),
                    {k: Figure(**v) for k, v in data["peaks"].items()},
-                   {k: Figure(**v) for k, v in data["bandwidth"].items()}, int(data["llc_bytes"]))
+                   {k: Figure(**v) for k, v in data["bandwidth"].items()}, int(data["llc_bytes"]),
+                   int(data["l2_bytes"]), int(data["vector_lanes"]), Figure(**data["fma_latency"]))
 
 
 def cache_sizes() -> dict[int, int]:
@@ -128,6 +138,13 @@ def probe_fp32_peak(target, cores: int, lanes: int = 16, chains: int = 16, steps
     return 2.0 * size * steps / seconds
 
 
+def probe_fma_latency(target, steps: int = 2_000_000) -> float:
+    """Seconds per step of one scalar FMA recurrence (each step waits for the previous)."""
+    func = _tvm.build(_tvm.IRModule({"main": fma_chains(1, 1, 1, steps)}), target)
+    seconds = _best_seconds(func, [np.ones(1, "float32"), np.zeros(1, "float32")], 0.02)
+    return seconds / steps
+
+
 def probe_copy_bandwidth(target, cores: int, nbytes: int, lanes: int = 16) -> float:
     """byte/s of a streaming copy whose two arrays together hold about ``nbytes`` (counting
     8 bytes per element, as STREAM does: the write-allocate read is not counted)."""
@@ -163,13 +180,15 @@ def probe(target=None) -> MachineModel:
         # A peak is the best the machine sustains: on a shared host a neighbour can hold a
         # core for a whole probe, so each figure is the best of a few independent probes.
         fp32 = max(probe_fp32_peak(target, cores) for _ in range(3))
+        latency = min(probe_fma_latency(target) for _ in range(3))
         # Bandwidth is the faster of a streaming read and a STREAM copy: a copy's uncounted
         # write-allocate traffic lets read-heavy kernels beat it, and a roof must not be beaten.
         llc_bw = max(max(probe_read_bandwidth(target, cores, llc_set),
                          probe_copy_bandwidth(target, cores, llc_set)) for _ in range(2))
         dram_bw = max(max(probe_read_bandwidth(target, cores, dram_set),
                           probe_copy_bandwidth(target, cores, dram_set)) for _ in range(2))
-    for name, value in (("fp32 peak", fp32), ("LLC bandwidth", llc_bw), ("DRAM bandwidth", dram_bw)):
+    for name, value in (("fp32 peak", fp32), ("LLC bandwidth", llc_bw), ("DRAM bandwidth", dram_bw),
+                        ("FMA latency", latency)):
         if not np.isfinite(value) or value <= 0:
             raise ProbeError(f"{name} probe returned {value!r}")
     peaks = {"float32": Figure(fp32, "probed", f"{cores} cores x 16 FMA chains of 16 lanes")}
@@ -180,7 +199,9 @@ def probe(target=None) -> MachineModel:
     bandwidth = {"llc": Figure(llc_bw, "probed", "best of streaming read/copy in the LLC"),
                  "dram": Figure(dram_bw, "probed", "best of streaming read/copy over 8x LLC")}
     # Data stays on chip up to the LLC plus every core's L2 (AMD's L3 is a victim cache of L2).
-    return MachineModel(target_cpu(target), cores, peaks, bandwidth, llc + l2_total)
+    return MachineModel(target_cpu(target), cores, peaks, bandwidth, llc + l2_total, l2_total,
+                        lanes_for(target, 32),
+                        Figure(latency, "probed", "one dependent scalar FMA chain"))
 
 
 def cache_path(target) -> pathlib.Path:

@@ -178,8 +178,9 @@ def measure(obj, workload: Workload | None = None, target=None, *, reference=Non
         _prepare(obj, workload, target, reference, seed)
     tensors = [_tvm.tensor(a, dev) for a in arrays]
     ev = lib.time_evaluator(lib.entry_name, dev, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms)
+    warm = lib.time_evaluator(lib.entry_name, dev, number=1, repeat=1, min_repeat_ms=min_repeat_ms)
     with _tvm.threads(threads):
-        ev(*tensors)  # warm the thread pool and caches; discarded
+        warm(*tensors)  # warm the thread pool, clocks and caches; discarded
         times = np.array(ev(*tensors).results, dtype=np.float64)
     median = float(np.median(times))
     gflops = flops / median / 1e9 if flops else None

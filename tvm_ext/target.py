@@ -151,3 +151,13 @@ def target_cores(target: "_tvm.Target") -> int:
 def target_cpu(target: "_tvm.Target") -> str:
     """The ``mcpu`` of an llvm target, or ``"generic"``."""
     return str(target.attrs["mcpu"]) if "mcpu" in target.attrs else "generic"
+
+
+def vector_bits(target) -> int:
+    """Widest vector register of an llvm target, in bits (512 with AVX-512, 256 with AVX2)."""
+    return int(_tvm.global_func("target.llvm_get_vector_width")(target))
+
+
+def lanes_for(target, dtype_bits: int = 32) -> int:
+    """Vector lanes of ``dtype_bits``-wide elements on ``target``."""
+    return max(vector_bits(target) // dtype_bits, 1)

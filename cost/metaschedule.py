@@ -1,0 +1,187 @@
+"""MetaSchedule adapters: any policy as a ranking cost model, and Telamon's admissible cut.
+
+:class:`PruningSearch` wraps ``EvolutionarySearch``: every candidate the inner search proposes
+is priced by the policy before it is built; one whose proven lower bound is at least the best
+time measured so far for the workload (the incumbent) can never win and is dropped. Dropped
+candidates are reported back to the inner search as failed runs, so its trial counter advances
+and the search ends on budget; the task scheduler never receives an empty batch while the inner
+search still has candidates. In audit mode the dropped candidates are measured anyway, and any
+that ran faster than the incumbent at the time it was dropped (beyond the noise margin) is a
+regret. Every measured candidate's time is also checked against its bound (a violation).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tvm_ext import _tvm
+
+from .policy import Cost, validated_coefficients, validated_cost, hard_constraints
+from .features import features
+
+log = logging.getLogger(__name__)
+ms = _tvm.meta_schedule()
+derived_object = _tvm.tvm.ir.utils.derived_object
+PRUNED = "pruned: proven lower bound >= incumbent"
+
+
+@dataclass
+class PruneStats:
+    """Counters shared by a search and its clones (``tune_tir`` runs a clone)."""
+
+    incumbent_s: float = math.inf  # best time measured so far (or the initial cut)
+    initial_cut_s: float = math.inf  # the hand schedule's time, if one was measured first
+    noise: float = 0.05  # relative margin for regrets and violations
+    generated: int = 0
+    dropped: int = 0
+    dropped_by_initial_cut: int = 0  # dropped while the incumbent was still the initial cut
+    measured: int = 0
+    infeasible: int = 0
+    regrets: int = 0
+    violations: int = 0
+    batches: list = field(default_factory=list)  # per batch: generated, dropped, incumbent
+    records: list = field(default_factory=list)  # (lower bound, measured s, binding, dropped)
+
+    def as_dict(self) -> dict:
+        keys = ("generated", "dropped", "dropped_by_initial_cut", "measured", "infeasible",
+                "regrets", "violations")
+        return {k: getattr(self, k) for k in keys} | {"incumbent_s": self.incumbent_s}
+
+
+class _Pricer:
+    """Prices MetaSchedule candidates with a policy, once per distinct module."""
+
+    def __init__(self, policy, target, machine, workload):
+        self.policy, self.target, self.workload = policy, target, workload
+        self.coeffs = validated_coefficients(policy, machine)
+
+    def __call__(self, candidate) -> Cost:
+        feats = features(candidate.sch.mod, self.target, self.workload)
+        return validated_cost(self.policy, feats, self.coeffs, hard_constraints(feats, self.target))
+
+
+@derived_object
+class PolicyCostModel(ms.cost_model.PyCostModel):
+    """A cost policy as MetaSchedule's cost model: predicts ``1 / score_s`` (higher is better);
+    an infeasible candidate predicts 0. It ranks; it learns nothing from measurements."""
+
+    def __init__(self, policy, target, machine, workload=None):
+        super().__init__()
+        self.pricer = _Pricer(policy, target, machine, workload)
+
+    def load(self, path: str) -> None:  # stateless: nothing to load
+        pass
+
+    def save(self, path: str) -> None:
+        pass
+
+    def update(self, context, candidates, results) -> None:
+        pass
+
+    def predict(self, context, candidates) -> np.ndarray:
+        scores = np.zeros(len(candidates), dtype="float64")
+        for i, cand in enumerate(candidates):
+            cost = self.pricer(cand)
+            scores[i] = 0.0 if not cost.feasible else 1.0 / max(cost.score_s, 1e-12)
+        return scores
+
+
+def _mean_secs(result) -> float | None:
+    secs = result.run_secs
+    if secs is None or len(secs) == 0:
+        return None
+    values = [float(s) for s in secs]
+    return None if any(v >= 1e9 for v in values) else float(np.mean(values))
+
+
+@derived_object
+class PruningSearch(ms.search_strategy.PySearchStrategy):
+    """EvolutionarySearch with an admissible cut before build (see the module docstring)."""
+
+    def __init__(self, inner, policy, target, machine, workload=None, stats: PruneStats | None = None,
+                 audit: bool = False):
+        super().__init__()
+        if not getattr(policy, "proves_bounds", False):
+            raise ValueError(f"{type(policy).__name__} proves no lower bound: it may rank, not prune")
+        self.inner, self.policy, self.target = inner, policy, target
+        self.machine, self.workload, self.audit = machine, workload, audit
+        self.stats = stats if stats is not None else PruneStats()
+        self.pricer = _Pricer(policy, target, machine, workload)
+        self._pending: list = []  # (candidate, cost, dropped) of the batch in flight
+        self._unmeasured: list = []  # candidates cut from the batch in flight
+
+    def _initialize_with_tune_context(self, context) -> None:
+        self.inner._initialize_with_tune_context(context)
+
+    def pre_tuning(self, max_trials, num_trials_per_iter, design_spaces, database=None,
+                   cost_model=None) -> None:
+        self.inner.pre_tuning(max_trials, num_trials_per_iter, design_spaces, database, cost_model)
+
+    def post_tuning(self) -> None:
+        self.inner.post_tuning()
+
+    def generate_measure_candidates(self):
+        while True:
+            batch = self.inner.generate_measure_candidates()
+            if batch is None:
+                return None
+            priced = [(cand, self.pricer(cand)) for cand in batch]
+            s = self.stats
+            keep, drop = [], []
+            for cand, cost in priced:
+                cut = cost.lower_bound_s is not None and cost.lower_bound_s >= s.incumbent_s
+                (drop if (cut or not cost.feasible) else keep).append((cand, cost))
+            s.generated += len(priced)
+            s.infeasible += sum(1 for _, c in drop if not c.feasible)
+            pruned = sum(1 for _, c in drop if c.feasible)
+            s.dropped += pruned
+            if s.incumbent_s == s.initial_cut_s:
+                s.dropped_by_initial_cut += pruned
+            s.batches.append({"generated": len(priced), "dropped": pruned,
+                              "incumbent_s": s.incumbent_s})
+            measured = keep + ([d for d in drop if d[1].feasible] if self.audit else [])
+            dropped_ids = {id(c) for c, _ in drop}
+            self._pending = [(c, cost, id(c) in dropped_ids) for c, cost in measured]
+            self._unmeasured = [c for c, cost in drop if not (self.audit and cost.feasible)]
+            if measured:
+                return [c for c, _ in measured]
+            # Every candidate of this batch was cut: tell the inner search they failed (so its
+            # trial count advances) and ask again rather than hand over an empty batch.
+            self._forward([], [])
+
+    def _forward(self, measured, results) -> None:
+        skipped = list(self._unmeasured)
+        fails = [ms.runner.RunnerResult(None, PRUNED) for _ in skipped]
+        self.inner.notify_runner_results(list(measured) + skipped, list(results) + fails)
+        self._unmeasured = []
+
+    def notify_runner_results(self, measure_candidates, results) -> None:
+        s = self.stats
+        incumbent_before = s.incumbent_s
+        for (cand, cost, was_dropped), result in zip(self._pending, results):
+            secs = _mean_secs(result)
+            if secs is None:
+                continue
+            s.measured += 1
+            bound = cost.lower_bound_s
+            s.records.append((bound, secs, cost.binding, was_dropped))
+            if bound is not None and secs < bound * (1 - s.noise):
+                s.violations += 1
+                log.warning("bound violation: measured %.3g s < lower bound %.3g s (%s)",
+                            secs, bound, cost.binding)
+            if was_dropped and secs < incumbent_before * (1 - s.noise):
+                s.regrets += 1
+                log.warning("regret: a dropped candidate ran %.3g s < incumbent %.3g s", secs,
+                            incumbent_before)
+            if not was_dropped:
+                s.incumbent_s = min(s.incumbent_s, secs)
+        self._forward(measure_candidates, results)
+        self._pending = []
+
+    def clone(self):
+        return PruningSearch(self.inner.clone(), self.policy, self.target, self.machine,
+                             self.workload, self.stats, self.audit)

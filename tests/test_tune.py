@@ -1,0 +1,131 @@
+"""The pruning search (with a scripted inner search) and tune() on a tiny workload."""
+
+import math
+import pytest
+
+from tvm_ext import _tvm, kernels as K, schedules as S
+from tvm_ext.cost import RooflinePolicy, evaluate
+from tvm_ext.cost.metaschedule import PolicyCostModel, PruneStats, PruningSearch
+
+ms = _tvm.meta_schedule()
+
+
+class ScriptedSearch:
+    """Stands in for EvolutionarySearch: hands out fixed batches, counts notified trials."""
+
+    def __init__(self, batches, trials):
+        self.batches, self.trials, self.notified = list(batches), trials, []
+
+    def generate_measure_candidates(self):
+        if sum(len(n) for n in self.notified) >= self.trials or not self.batches:
+            return None
+        return self.batches.pop(0)
+
+    def notify_runner_results(self, candidates, results):
+        self.notified.append(list(results))
+
+    def clone(self):
+        return self
+
+
+def _cands(w, host, n_naive, n_hand):
+    args = ms.arg_info.ArgInfo.from_prim_func(w.func)
+    naive = [ms.search_strategy.MeasureCandidate(_tvm.Schedule(w.func), args)
+             for _ in range(n_naive)]
+    hand = [ms.search_strategy.MeasureCandidate(S.schedule(w, host), args) for _ in range(n_hand)]
+    return naive + hand
+
+
+@pytest.fixture(scope="module")
+def setting(host, machine):
+    w = K.matmul(128, 128, 128)
+    policy = RooflinePolicy()
+    naive_lb = evaluate(policy, w.func, host, machine=machine).lower_bound_s
+    hand_lb = evaluate(policy, S.schedule(w, host), host, machine=machine).lower_bound_s
+    assert hand_lb < naive_lb
+    return w, policy, naive_lb, hand_lb
+
+
+def _search(setting, host, machine, batches, trials, incumbent, audit=False):
+    w, policy, *_ = setting
+    inner = ScriptedSearch(batches, trials)
+    stats = PruneStats(incumbent_s=incumbent, initial_cut_s=incumbent)
+    return inner, stats, PruningSearch(inner, policy, host, machine, w, stats, audit)
+
+
+def test_cut_drops_only_what_cannot_win(setting, host, machine):
+    w, _, naive_lb, hand_lb = setting
+    incumbent = (naive_lb + hand_lb) / 2
+    inner, stats, search = _search(setting, host, machine, [_cands(w, host, 3, 2)], 5, incumbent)
+    batch = search.generate_measure_candidates()
+    assert len(batch) == 2 and stats.dropped == 3 and stats.generated == 5
+    results = [ms.runner.RunnerResult([incumbent * 0.9], None) for _ in batch]
+    search.notify_runner_results(batch, results)
+    (notified,) = inner.notified
+    assert len(notified) == 5  # the 3 dropped count as failed trials of the inner search
+    assert sum(r.run_secs is None for r in notified) == 3
+    assert stats.incumbent_s == pytest.approx(incumbent * 0.9) and stats.regrets == 0
+
+
+def test_never_an_empty_batch_and_the_budget_is_reached(setting, host, machine):
+    w, _, naive_lb, hand_lb = setting
+    batches = [_cands(w, host, 4, 0), _cands(w, host, 4, 0), _cands(w, host, 2, 2)]
+    inner, stats, search = _search(setting, host, machine, batches, 12, hand_lb * 1.01)
+    batch = search.generate_measure_candidates()  # two fully-cut batches are skipped
+    assert batch and len(batch) == 2 and stats.dropped == 10
+    search.notify_runner_results(batch, [ms.runner.RunnerResult([hand_lb * 2], None)] * 2)
+    assert sum(len(n) for n in inner.notified) == 12  # every trial accounted for
+    assert search.generate_measure_candidates() is None  # budget reached: the search ends
+
+
+def test_all_cut_until_exhausted_returns_none(setting, host, machine):
+    w, *_ = setting
+    inner, stats, search = _search(setting, host, machine, [_cands(w, host, 3, 0)], 100, 1e-12)
+    assert search.generate_measure_candidates() is None
+    assert stats.dropped == 3 and sum(len(n) for n in inner.notified) == 3
+
+
+def test_audit_measures_dropped_and_counts_regrets(setting, host, machine):
+    w, _, naive_lb, hand_lb = setting
+    incumbent = (naive_lb + hand_lb) / 2
+    inner, stats, search = _search(setting, host, machine, [_cands(w, host, 1, 1)], 2, incumbent,
+                                   audit=True)
+    batch = search.generate_measure_candidates()
+    assert len(batch) == 2 and stats.dropped == 1  # dropped, yet measured
+    # Script a (physically impossible) run of the dropped candidate below the incumbent and
+    # its own bound: the audit must report both the regret and the violation.
+    # The kept candidate comes first, the dropped (audited) one after it.
+    fast = [ms.runner.RunnerResult([hand_lb * 3], None), ms.runner.RunnerResult([incumbent * 0.5], None)]
+    search.notify_runner_results(batch, fast)
+    assert stats.regrets == 1 and stats.violations == 1 and stats.measured == 2
+
+
+def test_only_bounds_may_prune(host, machine):
+    class RankOnly(RooflinePolicy):
+        proves_bounds = False
+
+    with pytest.raises(ValueError, match="may rank, not prune"):
+        PruningSearch(ScriptedSearch([], 1), RankOnly(), host, machine)
+
+
+def test_cost_model_adapter_ranks_the_hand_schedule_above_naive(setting, host, machine):
+    w, policy, *_ = setting
+    model = PolicyCostModel(policy, host, machine, w)
+    context = ms.TuneContext(mod=_tvm.as_module(w.func), target=host)
+    scores = model.predict(context, _cands(w, host, 1, 1))
+    assert scores.dtype.name == "float64" and scores[1] > scores[0] > 0
+
+
+def test_tune_tiny_workload(tmp_path, host):
+    from tvm_ext.tune import tune
+
+    w = K.matmul(32, 32, 32)
+    result = tune(w.func, host, trials=8, batch=8, seed=7, log_dir=tmp_path, progress=False)
+    assert result.measurement.max_rel_error < 1e-4 and result.measurement.gflops > 0
+    assert result.source in ("search", "hand schedule")
+    assert {"generated", "dropped", "measured", "regrets"} <= set(result.stats)
+    assert result.stats["generated"] >= result.stats["measured"] >= 1
+    assert result.binding in ("compute", "dependency", "memory.llc", "memory.dram")
+    assert (tmp_path / "database_tuning_record.json").exists()
+    assert any((tmp_path / "logs").iterdir())
+    assert math.isfinite(result.stats["incumbent_s"])
