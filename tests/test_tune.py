@@ -127,5 +127,5 @@ def test_tune_tiny_workload(tmp_path, host):
     assert result.stats["generated"] >= result.stats["measured"] >= 1
     assert result.binding in ("compute", "dependency", "memory.llc", "memory.dram")
     assert (tmp_path / "database_tuning_record.json").exists()
-    assert any((tmp_path / "logs").iterdir())
+    assert "Total trials" in (tmp_path / "logs" / "meta_schedule.log").read_text()
     assert math.isfinite(result.stats["incumbent_s"])

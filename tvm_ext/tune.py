@@ -65,6 +65,29 @@ def _space(ms, target):
                                              mutator_probs="llvm")
 
 
+_LOG_HANDLERS: list[logging.Handler] = []
+
+
+def _route_logs(work_dir: str) -> logging.Logger:
+    """Send MetaSchedule's chatter to ``<work_dir>/logs/meta_schedule.log``; only its
+    warnings reach the terminal. Returns the task logger to hand to the tuning context."""
+    os.makedirs(os.path.join(work_dir, "logs"), exist_ok=True)
+    root = logging.getLogger("tvm.s_tir.meta_schedule")
+    for handler in _LOG_HANDLERS:  # a previous tune's handlers
+        root.removeHandler(handler)
+        handler.close()
+    to_file = logging.FileHandler(os.path.join(work_dir, "logs", "meta_schedule.log"))
+    to_file.setFormatter(logging.Formatter("%(asctime)s [%(levelname)s] %(message)s"))
+    to_console = logging.StreamHandler()
+    to_console.setLevel(logging.WARNING)
+    _LOG_HANDLERS[:] = [to_file, to_console]
+    for handler in _LOG_HANDLERS:
+        root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+    root.propagate = False
+    return logging.getLogger("tvm.s_tir.meta_schedule.tvm_ext_task")
+
+
 def _hand_schedule(workload: Workload | None, target):
     if workload is None:
         return None
@@ -142,16 +165,14 @@ def tune(mod, target=None, *, trials: int = 64, policy=None, log_dir=None, runne
         population_size=64, init_measured_ratio=0.2, init_min_unmeasured=16, genetic_num_iters=2)
     strategy = (PruningSearch(inner, policy, target, machine, workload, stats, audit)
                 if getattr(policy, "proves_bounds", False) else inner)
-    # MetaSchedule's console handler takes the level its root logger has when the loggers
-    # are made: WARNING keeps its INFO tables in <work_dir>/logs only.
-    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
-    logger = ms.logging.get_loggers_from_work_dir(work_dir, ["main"])[0]
+    logger = _route_logs(work_dir)
     context = ms.TuneContext(mod=mod, target=target, space_generator=_space(ms, target),
                              search_strategy=strategy, task_name="main",
                              rand_state=-1 if seed is None else seed, num_threads=cores,
                              logger=logger)
     builder = builder if builder is not None else PersistentBuilder(workers=max(cores, 1))
-    if runner is None:
+    own_runner = runner is None
+    if own_runner:
         runner = ms.runner.LocalRunner(
             initializer=functools.partial(_tvm.set_runner_threads, cores))
     callbacks = ms.measure_callback.MeasureCallback.create("default")
@@ -168,6 +189,8 @@ def tune(mod, target=None, *, trials: int = 64, policy=None, log_dir=None, runne
         measure_callbacks=list(callbacks) + [bar], task_scheduler="round-robin")
     bar.close()
     builder.shutdown()
+    if own_runner:
+        runner.pool.shutdown()
 
     best, best_s = _best(ms, database, mod, target)
     if best is None:
