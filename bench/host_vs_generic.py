@@ -28,8 +28,10 @@ def main() -> None:
         for name, target in targets.items():
             times[name].append(measure(sch, w, target).seconds)
     host = targets["host"]
-    print(f"lecture CPU schedule, matmul {args.size}^3 fp32, {host.attrs['num-cores']} threads, "
-          f"host mcpu={host.attrs['mcpu']}")
+    print(
+        f"lecture CPU schedule, matmul {args.size}^3 fp32, {host.attrs['num-cores']} threads, "
+        f"host mcpu={host.attrs['mcpu']}"
+    )
     for name in targets:
         t = statistics.median(times[name])
         print(f"  {name:8s} {t * 1e3:8.3f} ms  {w.flops / t / 1e9:8.1f} GFLOP/s")

@@ -43,14 +43,18 @@ def numpy_peer(w):
     if w.name == "matmul" and w.dtype == "float32":
         return lambda: a[0] @ a[1]
     if w.name == "softmax":
+
         def softmax():
             e = np.exp(a[0] - a[0].max(axis=-1, keepdims=True))
             return e / e.sum(axis=-1, keepdims=True)
+
         return softmax
     if w.name == "layernorm":
+
         def layernorm():
             mu = a[0].mean(axis=-1, keepdims=True)
             return (a[0] - mu) / np.sqrt(a[0].var(axis=-1, keepdims=True) + 1e-5) * a[1] + a[2]
+
         return layernorm
     return None
 
@@ -100,12 +104,16 @@ def run(quick: bool) -> pd.DataFrame:
         med = {k: statistics.median(v) for k, v in times.items()}
         gf = {k: w.flops / t / 1e9 for k, t in med.items()}
         best_peer = max((v for k, v in gf.items() if k != "ours"), default=None)
-        rows.append({
-            "workload": label, "ours GFLOP/s": gf["ours"],
-            "% peak": 100 * gf["ours"] * 1e9 / machine.peak(w.dtype),
-            "numpy": gf.get("numpy"), "torch": gf.get("torch"),
-            "ours / best peer": gf["ours"] / best_peer if best_peer else None,
-        })
+        rows.append(
+            {
+                "workload": label,
+                "ours GFLOP/s": gf["ours"],
+                "% peak": 100 * gf["ours"] * 1e9 / machine.peak(w.dtype),
+                "numpy": gf.get("numpy"),
+                "torch": gf.get("torch"),
+                "ours / best peer": gf["ours"] / best_peer if best_peer else None,
+            }
+        )
         print(f"{label:28s} " + "  ".join(f"{k} {v:8.1f}" for k, v in gf.items()), flush=True)
     return pd.DataFrame(rows)
 
@@ -119,8 +127,12 @@ def main() -> None:
     print(table.to_string(index=False, float_format=lambda x: f"{x:.2f}"))
     if not args.no_readme:
         cores = physical_cores()
-        write_section("schedules", f"### Hand schedules vs numpy and torch ({cores} threads each, "
-                      "GFLOP/s, median of 3 interleaved rounds)", table)
+        write_section(
+            "schedules",
+            f"### Hand schedules vs numpy and torch ({cores} threads each, "
+            "GFLOP/s, median of 3 interleaved rounds)",
+            table,
+        )
 
 
 if __name__ == "__main__":

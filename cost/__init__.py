@@ -8,5 +8,13 @@ from .features import BlockFacts, CandidateFeatures, features
 from .policy import Cost, ExecutionCostPolicy, evaluate, hard_constraints
 from .roofline import RooflinePolicy
 
-__all__ = ["BlockFacts", "CandidateFeatures", "Cost", "ExecutionCostPolicy", "RooflinePolicy",
-           "evaluate", "features", "hard_constraints"]
+__all__ = [
+    "BlockFacts",
+    "CandidateFeatures",
+    "Cost",
+    "ExecutionCostPolicy",
+    "RooflinePolicy",
+    "evaluate",
+    "features",
+    "hard_constraints",
+]

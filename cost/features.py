@@ -23,8 +23,26 @@ from tvm_ext.target import as_target, lanes_for, target_cores
 # loop-vectorized by LLVM even when the schedule did not ask (measured: shared/bound-study.md).
 AUTO_VECTOR_INNER_LIMIT = 1024
 _ARITH = {"Add", "Sub", "Mul", "Div", "FloorDiv", "FloorMod", "Max", "Min", "Mod"}
-_FREE = {"Cast", "TensorLoad", "Var", "IntImm", "FloatImm", "StringImm", "Broadcast", "Ramp",
-         "LT", "LE", "GT", "GE", "EQ", "NE", "And", "Or", "Not", "Select"}
+_FREE = {
+    "Cast",
+    "TensorLoad",
+    "Var",
+    "IntImm",
+    "FloatImm",
+    "StringImm",
+    "Broadcast",
+    "Ramp",
+    "LT",
+    "LE",
+    "GT",
+    "GE",
+    "EQ",
+    "NE",
+    "And",
+    "Or",
+    "Not",
+    "Select",
+}
 # Op names are "prim.exp", "tirx.exp", ... across TVM versions: match on the last part.
 _MATH_CALLS = {"exp", "exp2", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "pow", "fabs", "erf"}
 _FREE_CALLS = {"if_then_else", "reinterpret", "likely"}
@@ -36,7 +54,12 @@ class Unsupported(Exception):
 
 @dataclass(frozen=True)
 class BlockFacts:
-    """Facts of one block (a statement run ``instances`` times)."""
+    """Facts of one block (a statement run ``instances`` times by its loop nest).
+
+    ``instances`` counts every execution the loop nest asks for, recomputation included;
+    ``unique_instances`` is the block's own iteration domain (each distinct instance once).
+    LLVM may remove recomputation it can prove redundant, so a bound counts the latter.
+    """
 
     name: str
     instances: int
@@ -50,10 +73,18 @@ class BlockFacts:
     reduction_length: int  # dependent steps per output (1: not a reduction)
     independent_outputs: int  # outputs updated inside the innermost reduction loop
     tensorized: bool = False
+    unique_instances: int = 0
 
     @property
     def flops(self) -> int | None:
         return None if self.flops_per_instance is None else self.flops_per_instance * self.instances
+
+    @property
+    def unique_flops(self) -> int | None:
+        """FLOPs of the block's distinct instances (what cannot be optimized away)."""
+        if self.flops_per_instance is None:
+            return None
+        return self.flops_per_instance * min(self.instances, self.unique_instances)
 
 
 @dataclass(frozen=True)
@@ -166,8 +197,12 @@ class _Walker:
         if any(type(s).__name__ in ("SBlockRealize", "For") for s in _children(block.body)):
             self.stmt(block.body, loops)  # a block around other blocks (the root, say)
             return
-        reduce_vars = [v for iv, v in zip(block.iter_vars, realize.iter_values) if int(iv.iter_type) == 2]
-        spatial_vars = [v for iv, v in zip(block.iter_vars, realize.iter_values) if int(iv.iter_type) != 2]
+        reduce_vars = [
+            v for iv, v in zip(block.iter_vars, realize.iter_values) if int(iv.iter_type) == 2
+        ]
+        spatial_vars = [
+            v for iv, v in zip(block.iter_vars, realize.iter_values) if int(iv.iter_type) != 2
+        ]
         is_red = [any(_uses(v, lp.var) for v in reduce_vars) for lp in loops]
         is_spatial = [any(_uses(v, lp.var) for v in spatial_vars) for lp in loops]
         instances = math.prod(lp.extent for lp in loops)
@@ -177,12 +212,12 @@ class _Walker:
         unroll = math.prod(lp.extent for lp in loops if lp.kind == 3)  # UNROLLED
         possible = explicit
         for depth, lp in enumerate(loops):
-            below = math.prod(x.extent for x in loops[depth + 1:])
+            below = math.prod(x.extent for x in loops[depth + 1 :])
             if is_spatial[depth] and not is_red[depth] and below <= AUTO_VECTOR_INNER_LIMIT:
                 possible = self.max_lanes
         red_depths = [d for d, r in enumerate(is_red) if r]
         length = math.prod(loops[d].extent for d in red_depths) if red_depths else 1
-        inside = math.prod(lp.extent for lp in loops[red_depths[-1] + 1:]) if red_depths else 1
+        inside = math.prod(lp.extent for lp in loops[red_depths[-1] + 1 :]) if red_depths else 1
         tensorized = not all(type(s).__name__ == "BufferStore" for s in _children(block.body))
         try:
             flops = _body_flops(block.body)
@@ -193,9 +228,23 @@ class _Walker:
             self.missing.setdefault("flops", f"block {block.name_hint}: {why}")
         self.touched = None if touched is None or self.touched is None else self.touched + touched
         dtype = str(_store_dtype(block.body) or "float32")
-        self.blocks.append(BlockFacts(block.name_hint, instances, flops, dtype, cores_used,
-                                      parallel, explicit, possible, unroll, length, inside,
-                                      tensorized))
+        self.blocks.append(
+            BlockFacts(
+                block.name_hint,
+                instances,
+                flops,
+                dtype,
+                cores_used,
+                parallel,
+                explicit,
+                possible,
+                unroll,
+                length,
+                inside,
+                tensorized,
+                math.prod(_int(iv.dom.extent) or 1 for iv in block.iter_vars),
+            )
+        )
 
 
 def _children(stmt):
@@ -241,10 +290,15 @@ def _on_chip_bytes(mod) -> tuple[int, int]:
     uses; a software-pipelined loop keeps one copy of its shared buffers per stage.
     """
     tx = _tvm.tvm.s_tir.transform
-    compact = _tvm.tvm.transform.Sequential([
-        tx.LowerCrossThreadReduction(), tx.LowerInitBlock(),
-        tx.PlanAndUpdateBufferAllocationLocation(), tx.ConvertBlocksToOpaque(),
-        tx.CompactBufferAllocation()])(mod)
+    compact = _tvm.tvm.transform.Sequential(
+        [
+            tx.LowerCrossThreadReduction(),
+            tx.LowerInitBlock(),
+            tx.PlanAndUpdateBufferAllocationLocation(),
+            tx.ConvertBlocksToOpaque(),
+            tx.CompactBufferAllocation(),
+        ]
+    )(mod)
     text = mod.script()
     stages = 2 if "software_pipeline_stage" in text else 1
     shared = local = 0
@@ -300,23 +354,40 @@ def features(obj, target=None, workload: Workload | None = None) -> CandidateFea
     compulsory = workload.min_bytes if workload is not None else _param_bytes(func)
     # Lower: every parameter byte moves once. Upper: every access of every block misses.
     upper = walker.touched if blocks else None
-    level_bytes = {level: (compulsory, max(upper, compulsory) if upper is not None else None)
-                   for level in ("dram", "llc")}
+    level_bytes = {
+        level: (compulsory, max(upper, compulsory) if upper is not None else None)
+        for level in ("dram", "llc")
+    }
     if upper is None:
         missing.setdefault("bytes", "access counts: " + missing.get("flops", "unsupported blocks"))
     agg = blocks or None
     gpu = kind == "cuda"
     shared, local = _on_chip_bytes(_tvm.as_module(obj)) if gpu else (None, None)
-    threads = math.prod(v for k, v in walker.threads.items() if k.startswith("threadIdx")) if gpu else None
-    grid = math.prod(v for k, v in walker.threads.items() if k.startswith("blockIdx")) if gpu else None
+    threads = (
+        math.prod(v for k, v in walker.threads.items() if k.startswith("threadIdx"))
+        if gpu
+        else None
+    )
+    grid = (
+        math.prod(v for k, v in walker.threads.items() if k.startswith("blockIdx")) if gpu else None
+    )
     return CandidateFeatures(
-        target_kind=kind, cores=cores, flops=flops, flops_exact=exact,
-        dtype=workload.dtype if workload is not None else (blocks[-1].dtype if blocks else "float32"),
-        bytes=MappingProxyType(level_bytes), blocks=blocks,
+        target_kind=kind,
+        cores=cores,
+        flops=flops,
+        flops_exact=exact,
+        dtype=workload.dtype
+        if workload is not None
+        else (blocks[-1].dtype if blocks else "float32"),
+        bytes=MappingProxyType(level_bytes),
+        blocks=blocks,
         parallel_extent=max((b.parallel_extent for b in blocks), default=1) if agg else None,
         cores_used=min((b.cores_used for b in blocks), default=1.0) if agg else None,
         vector_lanes=max((b.explicit_lanes for b in blocks), default=1) if agg else None,
         unroll=max((b.unroll for b in blocks), default=1) if agg else None,
-        threads_per_block=threads, thread_blocks=grid,
-        shared_bytes=shared, local_bytes=local,
-        missing=MappingProxyType(missing))
+        threads_per_block=threads,
+        thread_blocks=grid,
+        shared_bytes=shared,
+        local_bytes=local,
+        missing=MappingProxyType(missing),
+    )

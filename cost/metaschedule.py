@@ -47,9 +47,20 @@ class PruneStats:
     records: list = field(default_factory=list)  # (lower bound, measured s, binding, dropped)
 
     def as_dict(self) -> dict:
-        keys = ("generated", "dropped", "dropped_by_initial_cut", "measured", "infeasible",
-                "regrets", "violations")
-        return {k: getattr(self, k) for k in keys} | {"incumbent_s": self.incumbent_s}
+        keys = (
+            "generated",
+            "dropped",
+            "dropped_by_initial_cut",
+            "measured",
+            "infeasible",
+            "regrets",
+            "violations",
+        )
+        return {k: getattr(self, k) for k in keys} | {
+            "incumbent_s": self.incumbent_s,
+            "initial_cut_s": self.initial_cut_s,
+            "records": list(self.records),
+        }
 
 
 class _Pricer:
@@ -102,11 +113,21 @@ def _mean_secs(result) -> float | None:
 class PruningSearch(ms.search_strategy.PySearchStrategy):
     """EvolutionarySearch with an admissible cut before build (see the module docstring)."""
 
-    def __init__(self, inner, policy, target, machine, workload=None, stats: PruneStats | None = None,
-                 audit: bool = False):
+    def __init__(
+        self,
+        inner,
+        policy,
+        target,
+        machine,
+        workload=None,
+        stats: PruneStats | None = None,
+        audit: bool = False,
+    ):
         super().__init__()
         if not getattr(policy, "proves_bounds", False):
-            raise ValueError(f"{type(policy).__name__} proves no lower bound: it may rank, not prune")
+            raise ValueError(
+                f"{type(policy).__name__} proves no lower bound: it may rank, not prune"
+            )
         self.inner, self.policy, self.target = inner, policy, target
         self.machine, self.workload, self.audit = machine, workload, audit
         self.stats = stats if stats is not None else PruneStats()
@@ -117,8 +138,9 @@ class PruningSearch(ms.search_strategy.PySearchStrategy):
     def _initialize_with_tune_context(self, context) -> None:
         self.inner._initialize_with_tune_context(context)
 
-    def pre_tuning(self, max_trials, num_trials_per_iter, design_spaces, database=None,
-                   cost_model=None) -> None:
+    def pre_tuning(
+        self, max_trials, num_trials_per_iter, design_spaces, database=None, cost_model=None
+    ) -> None:
         self.inner.pre_tuning(max_trials, num_trials_per_iter, design_spaces, database, cost_model)
 
     def post_tuning(self) -> None:
@@ -141,8 +163,9 @@ class PruningSearch(ms.search_strategy.PySearchStrategy):
             s.dropped += pruned
             if s.incumbent_s == s.initial_cut_s:
                 s.dropped_by_initial_cut += pruned
-            s.batches.append({"generated": len(priced), "dropped": pruned,
-                              "incumbent_s": s.incumbent_s})
+            s.batches.append(
+                {"generated": len(priced), "dropped": pruned, "incumbent_s": s.incumbent_s}
+            )
             measured = keep + ([d for d in drop if d[1].feasible] if self.audit else [])
             dropped_ids = {id(c) for c, _ in drop}
             self._pending = [(c, cost, id(c) in dropped_ids) for c, cost in measured]
@@ -171,17 +194,31 @@ class PruningSearch(ms.search_strategy.PySearchStrategy):
             s.records.append((bound, secs, cost.binding, was_dropped))
             if bound is not None and secs < bound * (1 - s.noise):
                 s.violations += 1
-                log.warning("bound violation: measured %.3g s < lower bound %.3g s (%s)",
-                            secs, bound, cost.binding)
+                log.warning(
+                    "bound violation: measured %.3g s < lower bound %.3g s (%s)",
+                    secs,
+                    bound,
+                    cost.binding,
+                )
             if was_dropped and secs < incumbent_before * (1 - s.noise):
                 s.regrets += 1
-                log.warning("regret: a dropped candidate ran %.3g s < incumbent %.3g s", secs,
-                            incumbent_before)
+                log.warning(
+                    "regret: a dropped candidate ran %.3g s < incumbent %.3g s",
+                    secs,
+                    incumbent_before,
+                )
             if not was_dropped:
                 s.incumbent_s = min(s.incumbent_s, secs)
         self._forward(measure_candidates, results)
         self._pending = []
 
     def clone(self):
-        return PruningSearch(self.inner.clone(), self.policy, self.target, self.machine,
-                             self.workload, self.stats, self.audit)
+        return PruningSearch(
+            self.inner.clone(),
+            self.policy,
+            self.target,
+            self.machine,
+            self.workload,
+            self.stats,
+            self.audit,
+        )

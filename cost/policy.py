@@ -56,8 +56,9 @@ class ExecutionCostPolicy:
     #: Whether ``cost`` may return a ``lower_bound_s`` (only such policies may prune).
     proves_bounds = False
 
-    def coefficients(self, limits: MachineModel, basis: Sequence[str],
-                     prior: Mapping[str, float] | None) -> Mapping[str, float]:
+    def coefficients(
+        self, limits: MachineModel, basis: Sequence[str], prior: Mapping[str, float] | None
+    ) -> Mapping[str, float]:
         """Seconds per unit of each name in ``basis`` on a machine with ``limits``."""
         raise NotImplementedError(f"{type(self).__name__} must implement coefficients()")
 
@@ -79,29 +80,41 @@ def _label(policy) -> str:
 def _check_number(policy, what: str, value, *, allow_none: bool = False) -> None:
     if value is None and allow_none:
         return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) \
-            or math.isinf(value) or value < 0:
-        raise PolicyError(f"{_label(policy)} returned {what}={value!r}: must be a finite number "
-                          ">= 0", policy=_label(policy))
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or math.isnan(value)
+        or math.isinf(value)
+        or value < 0
+    ):
+        raise PolicyError(
+            f"{_label(policy)} returned {what}={value!r}: must be a finite number >= 0",
+            policy=_label(policy),
+        )
 
 
-def validated_coefficients(policy, limits: MachineModel,
-                           prior: Mapping[str, float] | None = None) -> Mapping[str, float]:
+def validated_coefficients(
+    policy, limits: MachineModel, prior: Mapping[str, float] | None = None
+) -> Mapping[str, float]:
     """Call ``policy.coefficients`` and check every basis unit got a finite value >= 0."""
     try:
         coeffs = policy.coefficients(limits, tuple(policy.basis), prior)
     except PolicyError:
         raise
     except Exception as err:  # a user's policy failing is reported as its own error
-        raise PolicyError(f"{_label(policy)}.coefficients failed: {err!r}",
-                          policy=_label(policy)) from err
+        raise PolicyError(
+            f"{_label(policy)}.coefficients failed: {err!r}", policy=_label(policy)
+        ) from err
     if not isinstance(coeffs, Mapping):
-        raise PolicyError(f"{_label(policy)}.coefficients returned {type(coeffs).__name__}, "
-                          "not a mapping", policy=_label(policy))
+        raise PolicyError(
+            f"{_label(policy)}.coefficients returned {type(coeffs).__name__}, not a mapping",
+            policy=_label(policy),
+        )
     for unit in policy.basis:
         if unit not in coeffs:
-            raise PolicyError(f"{_label(policy)}.coefficients gave no value for {unit!r}",
-                              policy=_label(policy))
+            raise PolicyError(
+                f"{_label(policy)}.coefficients gave no value for {unit!r}", policy=_label(policy)
+            )
         _check_number(policy, f"coefficient {unit}", coeffs[unit])
     return MappingProxyType(dict(coeffs))
 
@@ -114,12 +127,18 @@ def hard_constraints(candidate: CandidateFeatures, target) -> tuple[str, ...]:
         if candidate.threads_per_block is not None and candidate.threads_per_block > limit:
             broken.append(f"{candidate.threads_per_block} threads per block > {limit}")
         if candidate.shared_bytes is not None and candidate.shared_bytes > CUDA_STATIC_SHARED_BYTES:
-            broken.append(f"{candidate.shared_bytes} B of shared memory > {CUDA_STATIC_SHARED_BYTES}")
+            broken.append(
+                f"{candidate.shared_bytes} B of shared memory > {CUDA_STATIC_SHARED_BYTES}"
+            )
     return tuple(broken)
 
 
-def validated_cost(policy, candidate: CandidateFeatures, coeffs: Mapping[str, float],
-                   violations: tuple[str, ...] = ()) -> Cost:
+def validated_cost(
+    policy,
+    candidate: CandidateFeatures,
+    coeffs: Mapping[str, float],
+    violations: tuple[str, ...] = (),
+) -> Cost:
     """Call ``policy.cost`` and validate what it returns; attach hard-constraint violations."""
     try:
         cost = policy.cost(candidate, coeffs)
@@ -128,23 +147,40 @@ def validated_cost(policy, candidate: CandidateFeatures, coeffs: Mapping[str, fl
     except Exception as err:  # noqa: BLE001  reported, with the policy's name, never swallowed
         raise PolicyError(f"{_label(policy)}.cost failed: {err!r}", policy=_label(policy)) from err
     if not isinstance(cost, Cost):
-        raise PolicyError(f"{_label(policy)}.cost returned {type(cost).__name__}, not a Cost",
-                          policy=_label(policy))
+        raise PolicyError(
+            f"{_label(policy)}.cost returned {type(cost).__name__}, not a Cost",
+            policy=_label(policy),
+        )
     _check_number(policy, "score_s", cost.score_s)
     _check_number(policy, "lower_bound_s", cost.lower_bound_s, allow_none=True)
     for arm, value in cost.arms.items():
         _check_number(policy, f"arm {arm}", value)
     if cost.lower_bound_s is not None and not getattr(policy, "proves_bounds", False):
-        raise PolicyError(f"{_label(policy)} returned a lower bound but does not declare "
-                          "proves_bounds: only a proven bound may prune", policy=_label(policy))
+        raise PolicyError(
+            f"{_label(policy)} returned a lower bound but does not declare "
+            "proves_bounds: only a proven bound may prune",
+            policy=_label(policy),
+        )
     if violations:
-        cost = Cost(cost.score_s, cost.lower_bound_s, cost.binding, cost.arms,
-                    tuple(cost.violations) + violations)
+        cost = Cost(
+            cost.score_s,
+            cost.lower_bound_s,
+            cost.binding,
+            cost.arms,
+            tuple(cost.violations) + violations,
+        )
     return cost
 
 
-def evaluate(policy, obj, target=None, *, machine: MachineModel | None = None, workload=None,
-             prior: Mapping[str, float] | None = None) -> Cost:
+def evaluate(
+    policy,
+    obj,
+    target=None,
+    *,
+    machine: MachineModel | None = None,
+    workload=None,
+    prior: Mapping[str, float] | None = None,
+) -> Cost:
     """The validated path: features of ``obj`` on ``target``, priced by ``policy``."""
     target = as_target(target)
     if machine is None and target.kind.name == "llvm":

@@ -3,7 +3,8 @@
 Every arm is a time no run of the candidate can beat, given the decisions it has taken; the
 bound is the largest arm, and the arm that sets it is reported as ``binding``:
 
-- ``compute``: each block's arithmetic at the machine's peak rate per core and lane, on the
+- ``compute``: each block's arithmetic (its distinct instances only: LLVM may hoist
+  recomputation a loop nest asks for) at the machine's peak rate per core and lane, on the
   cores its parallel loops can occupy (``P / ceil(P / cores)``) and the lanes it has or that
   LLVM could still give it (any spatial loop with at most 1024 inner iterations may be
   unrolled and vectorized: shared/bound-study.md), summed over blocks (they share the units);
@@ -40,20 +41,35 @@ class RooflinePolicy(ExecutionCostPolicy):
 
     name = "roofline"
     proves_bounds = True
-    basis = ("lane_flop", "llc_byte", "dram_byte", "chain_step", "on_chip_bytes", "l2_bytes",
-             "max_lanes")
+    basis = (
+        "lane_flop",
+        "llc_byte",
+        "dram_byte",
+        "chain_step",
+        "on_chip_bytes",
+        "l2_bytes",
+        "max_lanes",
+    )
 
     def __init__(self, slack: float = 1.25):
         if not isinstance(slack, (int, float)) or not slack >= 1.0 or math.isinf(slack):
             raise ValueError(f"slack={slack!r} must be a finite number >= 1")
         self.slack = float(slack)
 
-    def coefficients(self, limits: MachineModel | None, basis: Sequence[str],
-                     prior: Mapping[str, float] | None) -> Mapping[str, float]:
+    def coefficients(
+        self, limits: MachineModel | None, basis: Sequence[str], prior: Mapping[str, float] | None
+    ) -> Mapping[str, float]:
         """Seconds per lane-FLOP on one core, per byte per level, per chain step; sizes."""
         if limits is None:  # no model of this device (a GPU): no bound, rank by FLOPs alone
-            return {"lane_flop": 0.0, "llc_byte": 0.0, "dram_byte": 0.0, "chain_step": 0.0,
-                    "on_chip_bytes": 0.0, "l2_bytes": 0.0, "max_lanes": 1.0}
+            return {
+                "lane_flop": 0.0,
+                "llc_byte": 0.0,
+                "dram_byte": 0.0,
+                "chain_step": 0.0,
+                "on_chip_bytes": 0.0,
+                "l2_bytes": 0.0,
+                "max_lanes": 1.0,
+            }
         lanes = float(limits.vector_lanes)
         s = self.slack
         return {
@@ -86,19 +102,22 @@ class RooflinePolicy(ExecutionCostPolicy):
         """Arithmetic time: per-block lanes and cores when every block was counted, else the
         whole candidate's FLOPs at full width on the cores of its least parallel block."""
         max_lanes = k["max_lanes"]
-        counted = [b for b in c.blocks if b.flops is not None]
+        counted = [b for b in c.blocks if b.unique_flops is not None]
         if c.blocks and len(counted) == len(c.blocks):
             total = 0.0
             for b in counted:
                 if optimistic:
                     lanes = min(max(b.possible_lanes, b.explicit_lanes), max_lanes)
                 else:
-                    asked = b.explicit_lanes if b.explicit_lanes > 1 else (
-                        AUTO_VECTOR_LANES if b.possible_lanes > 1 else 1)
+                    asked = (
+                        b.explicit_lanes
+                        if b.explicit_lanes > 1
+                        else (AUTO_VECTOR_LANES if b.possible_lanes > 1 else 1)
+                    )
                     lanes = min(asked, max_lanes)
-                total += b.flops * k["lane_flop"] / (b.cores_used * lanes)
+                total += b.unique_flops * k["lane_flop"] / (b.cores_used * lanes)
             return total
-        opaque = [b.cores_used for b in c.blocks if b.flops is None]
+        opaque = [b.cores_used for b in c.blocks if b.unique_flops is None]
         cores = max(opaque) if opaque else float(c.cores)
         return c.flops * k["lane_flop"] / (cores * max_lanes)
 
@@ -108,7 +127,7 @@ class RooflinePolicy(ExecutionCostPolicy):
             if b.flops_per_instance != 2 or b.reduction_length <= 1 or b.tensorized:
                 continue  # only multiply-add recurrences are priced at the FMA latency
             length = b.reduction_length
-            per_core = b.instances / length / b.cores_used
+            per_core = min(b.instances, b.unique_instances) / length / b.cores_used
             # LLVM may vectorize a spatial loop around the reduction (after unrolling it), so
             # one chain can carry up to possible_lanes outputs; the window overlaps the next.
             lanes = max(b.possible_lanes, 1)

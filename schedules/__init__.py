@@ -16,11 +16,24 @@ from tvm_ext.errors import ScheduleNotApplicable
 from tvm_ext.kernels import Workload
 from tvm_ext.target import as_target
 
-from . import (conv2d_cpu, conv2d_cuda, elementwise_cpu, elementwise_cuda, matmul_cpu,
-               matmul_cuda, matmul_vnni, matmul_wmma, rows_cpu, rows_cuda)
+from . import (
+    conv2d_cpu,
+    conv2d_cuda,
+    elementwise_cpu,
+    elementwise_cuda,
+    matmul_cpu,
+    matmul_cuda,
+    matmul_vnni,
+    matmul_wmma,
+    rows_cpu,
+    rows_cuda,
+)
 from .intrin_cuda import register_cuda_intrinsics
 from .intrin_x86 import VNNI_DOT_16x4, register_x86_intrinsics
 from .sweep import tile_sweep
+
+__all__ = ["RULES", "KERNELS", "VNNI_DOT_16x4", "available", "default_config", "find_rule",
+           "register_cuda_intrinsics", "register_x86_intrinsics", "schedule", "tile_sweep"]
 
 # (target kind, rule module); the first rule that applies to a workload is used.
 RULES: list[tuple[str, ModuleType]] = [
@@ -45,8 +58,8 @@ def find_rule(workload: Workload, target) -> ModuleType:
         if rule_kind == kind and rule.applies(workload, target):
             return rule
     raise ScheduleNotApplicable(
-        f"no hand schedule for {workload.name} on {kind}; available there: "
-        f"{available(target)}")
+        f"no hand schedule for {workload.name} on {kind}; available there: {available(target)}"
+    )
 
 
 def default_config(workload: Workload, target=None):

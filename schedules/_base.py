@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from tvm_ext import _tvm
 from tvm_ext.errors import ScheduleNotApplicable
 from tvm_ext.target import lanes_for, vector_bits  # noqa: F401  (re-exported for the rules)
 
@@ -19,7 +18,9 @@ def check_config(config) -> None:
     """Every int field of a config dataclass must be a positive int (ValueError otherwise)."""
     for f in dataclasses.fields(config):
         value = getattr(config, f.name)
-        if f.type in ("int", int) and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        if f.type in ("int", int) and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
             raise ValueError(f"{type(config).__name__}: {f.name}={value!r} must be a positive int")
 
 

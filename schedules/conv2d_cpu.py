@@ -73,7 +73,9 @@ def schedule(workload: Workload, target, config: Conv2dCPUConfig) -> "_tvm.Sched
     x0, x1 = sch.split(x, [None, config.xt])
     sch.reorder(n, f0, y, x0, c, r, s, f1, x1)
     packed = sch.cache_read(conv, 1, "global")
-    sch.transform_layout(packed, ("write", 0), lambda o, i, h, w: (o // config.fb, i, h, w, o % config.fb))
+    sch.transform_layout(
+        packed, ("write", 0), lambda o, i, h, w: (o // config.fb, i, h, w, o % config.fb)
+    )
     sch.parallel(sch.get_loops(packed)[0])
     sch.parallel(sch.fuse(*sch.get_loops(pad)[:2]))
     acc = sch.cache_write(conv, 0, "local")

@@ -48,7 +48,9 @@ class Conv2dCUDAConfig:
         if oh % self.by or ow % self.bx:
             raise ValueError(f"pixel tile {self.by}x{self.bx} must divide the output {oh}x{ow}")
         if not 32 <= self.threads <= int(target.attrs["max_num_threads"]):
-            raise ValueError(f"{self.threads} threads per block; must be 32..{target.attrs['max_num_threads']}")
+            raise ValueError(
+                f"{self.threads} threads per block; must be 32..{target.attrs['max_num_threads']}"
+            )
 
 
 def applies(workload: Workload, target=None) -> bool:
@@ -76,7 +78,7 @@ def _cooperative_copy(sch, block, under, ty: int, tx: int) -> None:
     """Spread the copy loops below ``under`` over all ``ty x tx`` threads."""
     loops = sch.get_loops(block)
     depth = [i for i, loop in enumerate(loops) if sch.get(loop).same_as(sch.get(under))][0]
-    fused = sch.fuse(*loops[depth + 1:])
+    fused = sch.fuse(*loops[depth + 1 :])
     _, y, x = sch.split(fused, [None, ty, tx])
     sch.bind(y, "threadIdx.y")
     sch.bind(x, "threadIdx.x")

@@ -36,7 +36,6 @@ def _vnni_pair():
                         vi, vk = T.axis.remap("SR", [i, k])
                         C[vi] = C[vi] + T.cast(A[vk], "int32") * T.cast(B[vi, vk], "int32")
 
-
     @T.prim_func(s_tir=True)
     def _dot_16x4_vnni(
         A: T.Buffer((4,), "uint8", offset_factor=1),
@@ -52,8 +51,11 @@ def _vnni_pair():
             a64 = T.reinterpret(T.broadcast(a, 16), dtype="int8x64")
             C[T.ramp(T.int32(0), 1, 16)] = T.call_llvm_pure_intrin(
                 T.llvm_lookup_intrinsic_id("llvm.x86.avx512.vpdpbusd.512"),
-                C.vload([0], dtype="int32x16"), a64, B.vload([0, 0], dtype="int8x64"),
-                dtype="int32x16")
+                C.vload([0], dtype="int32x16"),
+                a64,
+                B.vload([0, 0], dtype="int8x64"),
+                dtype="int32x16",
+            )
 
     return _dot_16x4_desc, _dot_16x4_vnni
 

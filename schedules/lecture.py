@@ -31,11 +31,15 @@ def is_plain_matmul(workload: Workload) -> bool:
     return workload.name == "matmul" and not workload.args.get("transpose_b", False)
 
 
-def lecture_cpu_matmul(workload: Workload, config: LectureConfig = LectureConfig()) -> "_tvm.Schedule":
+def lecture_cpu_matmul(
+    workload: Workload, config: LectureConfig = LectureConfig()
+) -> "_tvm.Schedule":
     """Tile i/j by ``config.tile`` and k by ``config.k_tile``, accumulate the output tile
     locally, vectorize the innermost j, parallelize the outer i (tails are guarded)."""
     if not is_plain_matmul(workload):
-        raise ScheduleNotApplicable(f"lecture CPU schedule needs a (K, N)-layout matmul, got {workload.key}")
+        raise ScheduleNotApplicable(
+            f"lecture CPU schedule needs a (K, N)-layout matmul, got {workload.key}"
+        )
     sch = _tvm.Schedule(workload.func)
     block = sch.get_sblock("C")
     i, j, k = sch.get_loops(block)

@@ -49,7 +49,9 @@ class MatmulCPUConfig:
         if self.pack not in ("panel", "full", "none"):
             raise ValueError(f"pack={self.pack!r}: choose 'panel', 'full' or 'none'")
         if self.pack == "panel" and self.parallel == "tiles":
-            raise ValueError("pack='panel' packs once per panel: use parallel='panels' or pack='full'")
+            raise ValueError(
+                "pack='panel' packs once per panel: use parallel='panels' or pack='full'"
+            )
 
 
 KERNELS = ("matmul", "batch_matmul")
@@ -74,8 +76,9 @@ def default_config(workload: Workload, target) -> MatmulCPUConfig:
     pack = "none" if in_place else ("panel" if parallel == "panels" else "full")
     # A narrow, short-K product (2048x64x64) is loop-overhead bound: unroll k (measured 1.1x).
     unroll_k = 8 if in_place and nr == 4 * lanes and K % 8 == 0 else 1
-    return MatmulCPUConfig(mr=mr, nr=nr, lanes=lanes, pack=pack, parallel=parallel,
-                           unroll_k=unroll_k)
+    return MatmulCPUConfig(
+        mr=mr, nr=nr, lanes=lanes, pack=pack, parallel=parallel, unroll_k=unroll_k
+    )
 
 
 def _block(sch, name):
@@ -107,7 +110,9 @@ def schedule(workload: Workload, target, config: MatmulCPUConfig) -> "_tvm.Sched
     C = sch.get_sblock("C")
     padded = bool(M % mr or N % nr)
     if padded:
-        sch.pad_einsum(C, ([1] if batched else []) + [ceil_div(M, mr) * mr, ceil_div(N, nr) * nr, K])
+        sch.pad_einsum(
+            C, ([1] if batched else []) + [ceil_div(M, mr) * mr, ceil_div(N, nr) * nr, K]
+        )
         if _block(sch, "A_pad") is not None:
             sch.compute_inline(sch.get_sblock("A_pad"))
     b_pad = _block(sch, "B_pad")

@@ -41,7 +41,9 @@ class MatmulCUDAConfig:
     def validate(self, target) -> None:
         check_config(self)
         if self.bm % self.tm or self.bn % self.tn:
-            raise ValueError(f"register tile {self.tm}x{self.tn} must divide block tile {self.bm}x{self.bn}")
+            raise ValueError(
+                f"register tile {self.tm}x{self.tn} must divide block tile {self.bm}x{self.bn}"
+            )
         max_threads = int(target.attrs["max_num_threads"])
         if not 32 <= self.threads <= max_threads:
             raise ValueError(f"{self.threads} threads per block; must be 32..{max_threads}")
@@ -49,8 +51,10 @@ class MatmulCUDAConfig:
             raise ValueError(f"vec={self.vec}: choose 1, 2 or 4 elements per load")
         for name, elems in (("A", self.bm * self.bk), ("B", self.bk * self.bn)):
             if elems % (self.threads * self.vec):
-                raise ValueError(f"the {name} tile ({elems} elements) does not split evenly into "
-                                 f"{self.threads} threads x vec={self.vec}")
+                raise ValueError(
+                    f"the {name} tile ({elems} elements) does not split evenly into "
+                    f"{self.threads} threads x vec={self.vec}"
+                )
         if self.stages not in (1, 2):
             raise ValueError(f"stages={self.stages}: choose 1 or 2")
 
@@ -91,8 +95,11 @@ def schedule(workload: Workload, target, config: MatmulCUDAConfig) -> "_tvm.Sche
     sch = _tvm.Schedule(workload.func)
     C = sch.get_sblock("C")
     if M % c.bm or N % c.bn or K % c.bk:
-        sch.pad_einsum(C, ([1] if batched else [])
-                       + [ceil_div(M, c.bm) * c.bm, ceil_div(N, c.bn) * c.bn, ceil_div(K, c.bk) * c.bk])
+        sch.pad_einsum(
+            C,
+            ([1] if batched else [])
+            + [ceil_div(M, c.bm) * c.bm, ceil_div(N, c.bn) * c.bn, ceil_div(K, c.bk) * c.bk],
+        )
         for name in ("A_pad", "B_pad"):
             if _block(sch, name) is not None:
                 sch.compute_inline(sch.get_sblock(name))

@@ -38,9 +38,12 @@ def has_vnni(target) -> bool:
 
 
 def applies(workload: Workload, target=None) -> bool:
-    return (workload.name in KERNELS and workload.dtype == "uint8"
-            and not workload.args.get("transpose_b", False)
-            and (target is None or has_vnni(target)))
+    return (
+        workload.name in KERNELS
+        and workload.dtype == "uint8"
+        and not workload.args.get("transpose_b", False)
+        and (target is None or has_vnni(target))
+    )
 
 
 def default_config(workload: Workload, target) -> MatmulVNNIConfig:

@@ -37,16 +37,23 @@ class MatmulWMMAConfig:
         if int(arch[3:].rstrip("a")) < 70:
             raise ValueError(f"WMMA needs sm_70 or newer, the target is {arch}")
         threads = 32 * self.wm * self.wn
-        for name, elems in (("A", self.wm * self.fm * 16 * self.kf * 16),
-                            ("B", self.kf * 16 * self.wn * self.fn * 16)):
+        for name, elems in (
+            ("A", self.wm * self.fm * 16 * self.kf * 16),
+            ("B", self.kf * 16 * self.wn * self.fn * 16),
+        ):
             if elems % (threads * self.vec):
-                raise ValueError(f"the {name} tile ({elems} halves) does not split into "
-                                 f"{threads} threads x vec={self.vec}")
+                raise ValueError(
+                    f"the {name} tile ({elems} halves) does not split into "
+                    f"{threads} threads x vec={self.vec}"
+                )
 
 
 def applies(workload: Workload, target=None) -> bool:
-    return (workload.name in KERNELS and workload.dtype == "float16"
-            and not workload.args.get("transpose_b", False))
+    return (
+        workload.name in KERNELS
+        and workload.dtype == "float16"
+        and not workload.args.get("transpose_b", False)
+    )
 
 
 def default_config(workload: Workload, target) -> MatmulWMMAConfig:

@@ -17,7 +17,6 @@ from tvm_ext.kernels import Workload
 from ._base import check, check_config, is_cpu, lanes_for
 
 
-
 @dataclass(frozen=True)
 class RowsCPUConfig:
     """``lanes``: vector width for both the reductions and the element-wise stages."""

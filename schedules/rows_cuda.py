@@ -30,8 +30,10 @@ class RowsCUDAConfig:
         check_config(self)
         warp = int(target.attrs["thread_warp_size"])
         if self.threads % warp or self.threads > int(target.attrs["max_num_threads"]):
-            raise ValueError(f"threads={self.threads} must be a multiple of {warp} up to "
-                             f"{target.attrs['max_num_threads']}")
+            raise ValueError(
+                f"threads={self.threads} must be a multiple of {warp} up to "
+                f"{target.attrs['max_num_threads']}"
+            )
 
 
 def applies(workload: Workload, target=None) -> bool:

@@ -11,8 +11,9 @@ from tvm_ext.target import as_target
 from .lecture import LectureConfig, lecture_cpu_matmul
 
 
-def tile_sweep(workload: Workload, target=None, sizes=(8, 16, 32, 64), k_tile: int = 4,
-               repeat: int = 5) -> pd.DataFrame:
+def tile_sweep(
+    workload: Workload, target=None, sizes=(8, 16, 32, 64), k_tile: int = 4, repeat: int = 5
+) -> pd.DataFrame:
     """Measure the lecture schedule (tile x tile output block, local accumulator) per tile size.
 
     Columns: ``tile``, ``acc_bytes`` (the local accumulator tile, which must stay in L1 for
@@ -23,9 +24,20 @@ def tile_sweep(workload: Workload, target=None, sizes=(8, 16, 32, 64), k_tile: i
     acc_bytes = 4 if workload.dtype != "float64" else 8
     rows = []
     for tile in sizes:
-        m = measure(lecture_cpu_matmul(workload, LectureConfig(tile=tile, k_tile=k_tile)),
-                    workload, target, repeat=repeat)
-        rows.append({"tile": tile, "acc_bytes": tile * tile * acc_bytes, "ms": m.seconds * 1e3,
-                     "gflops": m.gflops, "pct_peak": 100 * m.peak_fraction,
-                     "max_rel_error": m.max_rel_error})
+        m = measure(
+            lecture_cpu_matmul(workload, LectureConfig(tile=tile, k_tile=k_tile)),
+            workload,
+            target,
+            repeat=repeat,
+        )
+        rows.append(
+            {
+                "tile": tile,
+                "acc_bytes": tile * tile * acc_bytes,
+                "ms": m.seconds * 1e3,
+                "gflops": m.gflops,
+                "pct_peak": 100 * m.peak_fraction,
+                "max_rel_error": m.max_rel_error,
+            }
+        )
     return pd.DataFrame(rows)

@@ -16,8 +16,9 @@ def test_lab_prints_a_table_with_parity_and_speed(capsys, machine):
 
 
 def test_tune_command(capsys, tmp_path, machine):
-    assert main(["tune", "matmul", "32", "32", "32", "--trials", "8", "--log-dir",
-                 str(tmp_path)]) == 0
+    assert (
+        main(["tune", "matmul", "32", "32", "32", "--trials", "8", "--log-dir", str(tmp_path)]) == 0
+    )
     out = capsys.readouterr().out
     assert "parity ok" in out and "GFLOP/s" in out and "dropped by the bound" in out
 

@@ -5,9 +5,15 @@ from types import MappingProxyType
 
 import pytest
 
-from tvm_ext import _tvm, kernels as K, measure, schedules as S
-from tvm_ext.cost import (Cost, ExecutionCostPolicy, RooflinePolicy, evaluate, features,
-                          hard_constraints)
+from tvm_ext import kernels as K, measure, schedules as S
+from tvm_ext.cost import (
+    Cost,
+    ExecutionCostPolicy,
+    RooflinePolicy,
+    evaluate,
+    features,
+    hard_constraints,
+)
 from tvm_ext.errors import PolicyError
 from tvm_ext.schedules.lecture import lecture_cpu_matmul
 
@@ -116,12 +122,15 @@ class BoundWithoutProof(ExecutionCostPolicy):
         return Cost(1.0, 0.5, "x")
 
 
-@pytest.mark.parametrize("policy,match", [
-    (NaNPolicy(), r"NaNPolicy\(nan-policy\) returned score_s=nan"),
-    (BadCoefficients(), r"BadCoefficients\(bad-coeffs\) returned coefficient lane_flop=-1.0"),
-    (RaisingPolicy(), r"RaisingPolicy\(raising\).cost failed: RuntimeError\('boom'\)"),
-    (BoundWithoutProof(), r"does not declare proves_bounds"),
-])
+@pytest.mark.parametrize(
+    "policy,match",
+    [
+        (NaNPolicy(), r"NaNPolicy\(nan-policy\) returned score_s=nan"),
+        (BadCoefficients(), r"BadCoefficients\(bad-coeffs\) returned coefficient lane_flop=-1.0"),
+        (RaisingPolicy(), r"RaisingPolicy\(raising\).cost failed: RuntimeError\('boom'\)"),
+        (BoundWithoutProof(), r"does not declare proves_bounds"),
+    ],
+)
 def test_invalid_policy_outputs_raise_policy_error(policy, match, host, machine):
     with pytest.raises(PolicyError, match=match) as info:
         evaluate(policy, K.matmul(8, 8, 8).func, host, machine=machine)
@@ -145,9 +154,23 @@ def test_hard_constraints_are_not_waived_by_scores():
     from tvm_ext.cost.features import CandidateFeatures
 
     t = cuda_target()
-    f = CandidateFeatures("cuda", 1, 1, True, "float32", MappingProxyType({}), (), None, None,
-                          None, None, threads_per_block=2048, thread_blocks=1,
-                          shared_bytes=100_000, local_bytes=0)
+    f = CandidateFeatures(
+        "cuda",
+        1,
+        1,
+        True,
+        "float32",
+        MappingProxyType({}),
+        (),
+        None,
+        None,
+        None,
+        None,
+        threads_per_block=2048,
+        thread_blocks=1,
+        shared_bytes=100_000,
+        local_bytes=0,
+    )
     broken = hard_constraints(f, t)
     assert len(broken) == 2 and "threads per block" in broken[0]
     assert not Cost(0.0, None, "x", violations=broken).feasible

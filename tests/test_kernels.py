@@ -70,18 +70,24 @@ def test_workload_survives_scheduling_via_its_attribute():
     assert K.from_func(K.matmul(2, 2, 2).func.without_attr(K.WORKLOAD_ATTR)) is None
 
 
-@pytest.mark.parametrize("call,match", [
-    (lambda: K.matmul(0, 4, 4), r"M=0 must be a positive int"),
-    (lambda: K.matmul(4, -1, 4), r"N=-1 must be a positive int"),
-    (lambda: K.matmul(4, 4, 2.5), r"K=2.5 must be a positive int"),
-    (lambda: K.matmul(4, 4, True), r"K=True must be a positive int"),
-    (lambda: K.matmul(4, 4, 4, "float64"), r"dtype='float64' is not supported; choose one of \('float32'"),
-    (lambda: K.softmax(4, 4, "int8"), r"softmax: dtype='int8' is not supported"),
-    (lambda: K.conv2d(1, 1, 2, 2, 1, 3, 3), r"kernel 3x3 does not fit the padded input 2x2"),
-    (lambda: K.conv2d(1, 1, 8, 8, 1, padding=-1), r"padding=-1 must be a non-negative int"),
-    (lambda: K.layernorm(4, 4, eps=0.0), r"eps=0.0 must be a positive float"),
-    (lambda: K.axpy(4, alpha=float("nan")), r"alpha=nan must be a finite number"),
-])
+@pytest.mark.parametrize(
+    "call,match",
+    [
+        (lambda: K.matmul(0, 4, 4), r"M=0 must be a positive int"),
+        (lambda: K.matmul(4, -1, 4), r"N=-1 must be a positive int"),
+        (lambda: K.matmul(4, 4, 2.5), r"K=2.5 must be a positive int"),
+        (lambda: K.matmul(4, 4, True), r"K=True must be a positive int"),
+        (
+            lambda: K.matmul(4, 4, 4, "float64"),
+            r"dtype='float64' is not supported; choose one of \('float32'",
+        ),
+        (lambda: K.softmax(4, 4, "int8"), r"softmax: dtype='int8' is not supported"),
+        (lambda: K.conv2d(1, 1, 2, 2, 1, 3, 3), r"kernel 3x3 does not fit the padded input 2x2"),
+        (lambda: K.conv2d(1, 1, 8, 8, 1, padding=-1), r"padding=-1 must be a non-negative int"),
+        (lambda: K.layernorm(4, 4, eps=0.0), r"eps=0.0 must be a positive float"),
+        (lambda: K.axpy(4, alpha=float("nan")), r"alpha=nan must be a finite number"),
+    ],
+)
 def test_bad_arguments_are_value_errors_showing_the_value(call, match):
     with pytest.raises(ValueError, match=match):
         call()

@@ -7,15 +7,30 @@ from tvm_ext.errors import ScheduleNotApplicable
 from tvm_ext.measure import verify
 
 CASES = [
-    K.matmul(128, 128, 128), K.matmul(100, 70, 33), K.matmul(37, 45, 19, transpose_b=True),
-    K.matmul(64, 512, 64), K.matmul(1, 1, 1), K.matmul(64, 40, 24, "bfloat16"),
-    K.matmul(48, 64, 96, "int8"), K.matmul(20, 33, 17, "float16", transpose_b=True),
-    K.batch_matmul(3, 30, 50, 17), K.batch_matmul(2, 64, 64, 64),
-    K.conv2d(1, 16, 14, 14, 16, 3, 3, 1, 1), K.conv2d(2, 3, 17, 13, 6, 3, 3, 2, 1),
-    K.conv2d(1, 8, 7, 9, 4, 1, 1), K.conv2d(1, 4, 8, 8, 6, 3, 3, 1, 0, "bfloat16"),
-    K.softmax(64, 256), K.softmax(37, 1000), K.softmax(3, 7, "float16"),
-    K.layernorm(16, 512), K.layernorm(5, 33), K.rmsnorm(16, 384), K.rmsnorm(3, 24, "float16"),
-    K.axpy(1 << 16), K.axpy(1001), K.axpy(77, dtype="float16"),
+    K.matmul(128, 128, 128),
+    K.matmul(100, 70, 33),
+    K.matmul(37, 45, 19, transpose_b=True),
+    K.matmul(64, 512, 64),
+    K.matmul(1, 1, 1),
+    K.matmul(64, 40, 24, "bfloat16"),
+    K.matmul(48, 64, 96, "int8"),
+    K.matmul(20, 33, 17, "float16", transpose_b=True),
+    K.batch_matmul(3, 30, 50, 17),
+    K.batch_matmul(2, 64, 64, 64),
+    K.conv2d(1, 16, 14, 14, 16, 3, 3, 1, 1),
+    K.conv2d(2, 3, 17, 13, 6, 3, 3, 2, 1),
+    K.conv2d(1, 8, 7, 9, 4, 1, 1),
+    K.conv2d(1, 4, 8, 8, 6, 3, 3, 1, 0, "bfloat16"),
+    K.softmax(64, 256),
+    K.softmax(37, 1000),
+    K.softmax(3, 7, "float16"),
+    K.layernorm(16, 512),
+    K.layernorm(5, 33),
+    K.rmsnorm(16, 384),
+    K.rmsnorm(3, 24, "float16"),
+    K.axpy(1 << 16),
+    K.axpy(1001),
+    K.axpy(77, dtype="float16"),
 ]
 
 
@@ -26,10 +41,15 @@ def test_cpu_schedule_matches_numpy(w, host):
     verify(sch, w, host)
 
 
-@pytest.mark.parametrize("config", [
-    dict(mr=4, nr=64), dict(mr=6, nr=16, pack="full", parallel="tiles"),
-    dict(mr=8, nr=32, pack="none", parallel="tiles"), dict(lanes=8, nr=24, mr=3),
-])
+@pytest.mark.parametrize(
+    "config",
+    [
+        dict(mr=4, nr=64),
+        dict(mr=6, nr=16, pack="full", parallel="tiles"),
+        dict(mr=8, nr=32, pack="none", parallel="tiles"),
+        dict(lanes=8, nr=24, mr=3),
+    ],
+)
 def test_matmul_configs_on_an_awkward_shape(config, host):
     w = K.matmul(50, 90, 21)
     verify(S.schedule(w, host, **config), w, host)
@@ -44,16 +64,23 @@ def test_matmul_defaults_pack_large_b_and_use_the_vector_width(host):
     assert small.pack == "none" and small.parallel == "tiles"
 
 
-@pytest.mark.parametrize("w,config,match", [
-    (K.matmul(8, 8, 8), dict(nr=24), "nr=24 must be a multiple of lanes"),
-    (K.matmul(8, 8, 8), dict(lanes=64, nr=64), "wider than the target"),
-    (K.matmul(8, 8, 8), dict(mr=0), "mr=0 must be a positive int"),
-    (K.matmul(8, 8, 8), dict(pack="panel", parallel="tiles"), "pack='panel' packs once per panel"),
-    (K.matmul(8, 8, 8), dict(bogus=1), r"has no field \['bogus'\]"),
-    (K.conv2d(1, 4, 8, 8, 6), dict(fb=4), "fb=4 must divide F=6"),
-    (K.conv2d(1, 4, 8, 8, 6), dict(xt=4, lanes=4), "xt=4 must divide the output width 6"),
-    (K.softmax(4, 8), dict(lanes=12), "lanes=12 must be a power of two"),
-])
+@pytest.mark.parametrize(
+    "w,config,match",
+    [
+        (K.matmul(8, 8, 8), dict(nr=24), "nr=24 must be a multiple of lanes"),
+        (K.matmul(8, 8, 8), dict(lanes=64, nr=64), "wider than the target"),
+        (K.matmul(8, 8, 8), dict(mr=0), "mr=0 must be a positive int"),
+        (
+            K.matmul(8, 8, 8),
+            dict(pack="panel", parallel="tiles"),
+            "pack='panel' packs once per panel",
+        ),
+        (K.matmul(8, 8, 8), dict(bogus=1), r"has no field \['bogus'\]"),
+        (K.conv2d(1, 4, 8, 8, 6), dict(fb=4), "fb=4 must divide F=6"),
+        (K.conv2d(1, 4, 8, 8, 6), dict(xt=4, lanes=4), "xt=4 must divide the output width 6"),
+        (K.softmax(4, 8), dict(lanes=12), "lanes=12 must be a power of two"),
+    ],
+)
 def test_invalid_configs_fail_before_codegen(w, config, match, host):
     with pytest.raises(ValueError, match=match):
         S.schedule(w, host, **config)
@@ -69,5 +96,6 @@ def test_registry_lists_and_refuses(host):
     with pytest.raises(ScheduleNotApplicable, match="is not a matmul"):
         matmul_cpu.schedule(K.softmax(4, 4), host, matmul_cpu.MatmulCPUConfig())
     with pytest.raises(ScheduleNotApplicable, match="is not a CPU"):
-        matmul_cpu.schedule(K.matmul(4, 4, 4), _tvm.Target({"kind": "cuda"}),
-                            matmul_cpu.MatmulCPUConfig())
+        matmul_cpu.schedule(
+            K.matmul(4, 4, 4), _tvm.Target({"kind": "cuda"}), matmul_cpu.MatmulCPUConfig()
+        )

@@ -12,16 +12,23 @@ from tvm_ext.measure import verify
 
 TARGET = cuda_target("sm_90")
 CASES = [
-    K.matmul(256, 256, 128), K.matmul(100, 70, 33), K.batch_matmul(4, 128, 128, 64),
-    K.matmul(256, 256, 256, "float16"), K.matmul(100, 70, 40, "float16"),
-    K.conv2d(1, 64, 56, 56, 64, 3, 3, 1, 1), K.conv2d(2, 3, 17, 13, 6, 3, 3, 2, 1),
-    K.softmax(64, 1024), K.layernorm(37, 1000), K.rmsnorm(8, 33, "float16"), K.axpy(1 << 16),
+    K.matmul(256, 256, 128),
+    K.matmul(100, 70, 33),
+    K.batch_matmul(4, 128, 128, 64),
+    K.matmul(256, 256, 256, "float16"),
+    K.matmul(100, 70, 40, "float16"),
+    K.conv2d(1, 64, 56, 56, 64, 3, 3, 1, 1),
+    K.conv2d(2, 3, 17, 13, 6, 3, 3, 2, 1),
+    K.softmax(64, 1024),
+    K.layernorm(37, 1000),
+    K.rmsnorm(8, 33, "float16"),
+    K.axpy(1 << 16),
 ]
 
 
 def kernel_source(w) -> str:
     src = _tvm.build(S.schedule(w, TARGET).mod, TARGET).imports[0].inspect_source()
-    return src[src.index('extern "C" __global__'):]  # skip the header's macro definitions
+    return src[src.index('extern "C" __global__') :]  # skip the header's macro definitions
 
 
 def has_gpu() -> bool:
@@ -34,13 +41,17 @@ def test_cuda_source_compiles_with_nvcc(w, tmp_path):
         pytest.skip("nvcc is not installed")
     src = _tvm.build(S.schedule(w, TARGET).mod, TARGET).imports[0].inspect_source()
     (tmp_path / "k.cu").write_text(src)
-    done = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-o", str(tmp_path / "k.cubin"),
-                           str(tmp_path / "k.cu")], capture_output=True, text=True)
+    done = subprocess.run(
+        ["nvcc", "-arch=sm_90", "-cubin", "-o", str(tmp_path / "k.cubin"), str(tmp_path / "k.cu")],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
 
 
-@pytest.mark.parametrize("w", [K.matmul(256, 256, 128), K.batch_matmul(4, 128, 128, 64)],
-                         ids=lambda w: w.key)
+@pytest.mark.parametrize(
+    "w", [K.matmul(256, 256, 128), K.batch_matmul(4, 128, 128, 64)], ids=lambda w: w.key
+)
 def test_matmul_stages_cooperatively_vectorized_and_double_buffered(w):
     src = kernel_source(w)
     cfg = S.default_config(w, TARGET)
@@ -67,8 +78,12 @@ def test_row_reductions_use_warp_shuffles():
 def test_fp16_matmul_is_tensorized_onto_wmma(shape):
     w = K.matmul(*shape, dtype="float16")
     src = kernel_source(w)
-    for call in ("wmma::fill_fragment", "wmma::load_matrix_sync", "wmma::mma_sync",
-                 "wmma::store_matrix_sync"):
+    for call in (
+        "wmma::fill_fragment",
+        "wmma::load_matrix_sync",
+        "wmma::mma_sync",
+        "wmma::store_matrix_sync",
+    ):
         assert call in src, call
     assert "__shared__" in src and "__syncthreads()" in src
     assert "tensorize" in str(S.schedule(w, TARGET).trace)

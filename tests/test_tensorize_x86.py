@@ -39,8 +39,9 @@ def test_vnni_code_uses_vpdpbusd(vnni_host):
 def test_vnni_does_not_claim_other_matmuls(host):
     assert not matmul_vnni.applies(K.matmul(8, 8, 8, "int8"), host)
     assert not matmul_vnni.applies(K.matmul(8, 8, 8, "uint8", transpose_b=True), host)
-    generic = _tvm.Target({"kind": "llvm", "mcpu": "haswell", "mtriple": "x86_64-unknown-linux-gnu",
-                           "num-cores": 1})
+    generic = _tvm.Target(
+        {"kind": "llvm", "mcpu": "haswell", "mtriple": "x86_64-unknown-linux-gnu", "num-cores": 1}
+    )
     assert not matmul_vnni.applies(K.matmul(8, 8, 8, "uint8"), generic)
     w = K.matmul(20, 20, 20, "uint8")
     verify(S.schedule(w, generic), w, host)  # falls back to the generic CPU schedule

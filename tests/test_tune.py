@@ -30,8 +30,9 @@ class ScriptedSearch:
 
 def _cands(w, host, n_naive, n_hand):
     args = ms.arg_info.ArgInfo.from_prim_func(w.func)
-    naive = [ms.search_strategy.MeasureCandidate(_tvm.Schedule(w.func), args)
-             for _ in range(n_naive)]
+    naive = [
+        ms.search_strategy.MeasureCandidate(_tvm.Schedule(w.func), args) for _ in range(n_naive)
+    ]
     hand = [ms.search_strategy.MeasureCandidate(S.schedule(w, host), args) for _ in range(n_hand)]
     return naive + hand
 
@@ -88,14 +89,18 @@ def test_all_cut_until_exhausted_returns_none(setting, host, machine):
 def test_audit_measures_dropped_and_counts_regrets(setting, host, machine):
     w, _, naive_lb, hand_lb = setting
     incumbent = (naive_lb + hand_lb) / 2
-    inner, stats, search = _search(setting, host, machine, [_cands(w, host, 1, 1)], 2, incumbent,
-                                   audit=True)
+    inner, stats, search = _search(
+        setting, host, machine, [_cands(w, host, 1, 1)], 2, incumbent, audit=True
+    )
     batch = search.generate_measure_candidates()
     assert len(batch) == 2 and stats.dropped == 1  # dropped, yet measured
     # Script a (physically impossible) run of the dropped candidate below the incumbent and
     # its own bound: the audit must report both the regret and the violation.
     # The kept candidate comes first, the dropped (audited) one after it.
-    fast = [ms.runner.RunnerResult([hand_lb * 3], None), ms.runner.RunnerResult([incumbent * 0.5], None)]
+    fast = [
+        ms.runner.RunnerResult([hand_lb * 3], None),
+        ms.runner.RunnerResult([incumbent * 0.5], None),
+    ]
     search.notify_runner_results(batch, fast)
     assert stats.regrets == 1 and stats.violations == 1 and stats.measured == 2
 
@@ -126,6 +131,8 @@ def test_tune_tiny_workload(tmp_path, host):
     assert {"generated", "dropped", "measured", "regrets"} <= set(result.stats)
     assert result.stats["generated"] >= result.stats["measured"] >= 1
     assert result.binding in ("compute", "dependency", "memory.llc", "memory.dram")
-    assert (tmp_path / "database_tuning_record.json").exists()
-    assert "Total trials" in (tmp_path / "logs" / "meta_schedule.log").read_text()
+    folder = tmp_path / result.log_folder.split(str(tmp_path) + "/", 1)[1]
+    assert (folder / "database_tuning_record.json").exists() and (folder / "manifest.json").exists()
+    log_text = (tmp_path.parent / result.work_dir / "logs" / "meta_schedule.log").read_text()
+    assert "Total trials" in log_text
     assert math.isfinite(result.stats["incumbent_s"])

@@ -12,7 +12,16 @@ from .measure import Measurement, measure  # noqa: E402
 from .target import cuda_target, generic_target, host_target  # noqa: E402
 
 __all__ = [
-    "MachineModel", "Measurement", "ParityError", "ScheduleNotApplicable", "TvmExtError",
-    "cuda_target", "errors", "generic_target", "host_machine", "host_target", "kernels",
+    "MachineModel",
+    "Measurement",
+    "ParityError",
+    "ScheduleNotApplicable",
+    "TvmExtError",
+    "cuda_target",
+    "errors",
+    "generic_target",
+    "host_machine",
+    "host_target",
+    "kernels",
     "measure",
 ]

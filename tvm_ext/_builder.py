@@ -53,15 +53,22 @@ class PersistentBuilder(ms.builder.PyBuilder):
         self._warming = [self.pool.submit(_warm) for _ in range(workers)]
 
     def build(self, build_inputs):
-        futures = [self.pool.submit(_build_one, _tvm.tvm.ir.save_json(inp.mod),
-                                    _tvm.json_of_target(inp.target)) for inp in build_inputs]
+        futures = [
+            self.pool.submit(
+                _build_one, _tvm.tvm.ir.save_json(inp.mod), _tvm.json_of_target(inp.target)
+            )
+            for inp in build_inputs
+        ]
         results = []
         for future in futures:
             try:
                 results.append(ms.builder.BuilderResult(future.result(), None))
             except TimeoutError:
-                results.append(ms.builder.BuilderResult(
-                    None, f"PersistentBuilder: timeout, killed after {self.timeout_s} s"))
+                results.append(
+                    ms.builder.BuilderResult(
+                        None, f"PersistentBuilder: timeout, killed after {self.timeout_s} s"
+                    )
+                )
             except Exception as err:  # noqa: BLE001  recorded as this candidate's failure
                 results.append(ms.builder.BuilderResult(None, f"PersistentBuilder: {err!r}"))
         return results

@@ -28,7 +28,8 @@ def fma_chains(cores: int, chains: int, lanes: int, steps: int):
                 for c in T.unroll(chains):
                     for v in T.vectorized(lanes):
                         acc[c * lanes + v] = acc[c * lanes + v] * T.float32(0.999999) + T.float32(
-                            1e-7)
+                            1e-7
+                        )
             for c in T.unroll(chains):
                 for v in T.vectorized(lanes):
                     out[p * width + c * lanes + v] = acc[c * lanes + v]
@@ -37,7 +38,7 @@ def fma_chains(cores: int, chains: int, lanes: int, steps: int):
 
 
 def stream_copy(cores: int, n: int, lanes: int):
-    """``out = a`` over ``n`` floats, split across ``cores``; moves ``8 * n`` bytes (STREAM copy)."""
+    """``out = a`` over ``n`` floats split across ``cores``: ``8 * n`` bytes (STREAM copy)."""
     per_core = n // cores
     rows = per_core // lanes
 
@@ -70,8 +71,9 @@ def stream_read(cores: int, n: int, lanes: int, chains: int = 4):
             for r in range(rows):
                 for c in T.unroll(chains):
                     for v in T.vectorized(lanes):
-                        acc[c * lanes + v] = acc[c * lanes + v] + a[
-                            p * per_core + r * width + c * lanes + v]
+                        acc[c * lanes + v] = (
+                            acc[c * lanes + v] + a[p * per_core + r * width + c * lanes + v]
+                        )
             for c in T.unroll(chains):
                 for v in T.vectorized(lanes):
                     out[p * width + c * lanes + v] = acc[c * lanes + v]

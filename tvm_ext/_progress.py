@@ -16,13 +16,13 @@ ms = _tvm.meta_schedule()
 class ProgressCallback(ms.measure_callback.PyMeasureCallback):
     """Shows trials done, the best GFLOP/s so far and how many candidates the cut dropped."""
 
-    def __init__(self, trials: int, flops: int | None, stats, started: float,
-                 enabled: bool = True):
+    def __init__(self, trials: int, flops: int | None, stats, started: float, enabled: bool = True):
         super().__init__()
         self.flops, self.stats, self.best, self.started = flops, stats, math.inf, started
         self.first_measured_s: float | None = None  # seconds from tune() to the first result
-        self.bar = tqdm(total=trials, desc="tuning", unit="trial", disable=not enabled,
-                        dynamic_ncols=True)
+        self.bar = tqdm(
+            total=trials, desc="tuning", unit="trial", disable=not enabled, dynamic_ncols=True
+        )
 
     def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results):
         if self.first_measured_s is None:

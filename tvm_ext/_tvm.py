@@ -22,6 +22,7 @@ import psutil
 os.environ.setdefault("TVM_NUM_THREADS", str(os.cpu_count() or 1))
 
 import tvm  # noqa: E402  (must follow the environment set-up above)
+import tvm_ffi  # noqa: E402,F401
 from tvm import te  # noqa: E402,F401
 import tvm.s_tir  # noqa: E402,F401
 import tvm.tirx  # noqa: E402,F401
@@ -80,7 +81,8 @@ def as_module(obj) -> "tvm.IRModule":
     if isinstance(obj, PrimFunc):
         return tvm.IRModule({"main": obj.with_attr("global_symbol", "main")})
     raise TypeError(
-        f"expected a tvm.s_tir.Schedule, tvm.IRModule or tvm.tirx.PrimFunc, got {type(obj).__name__}"
+        "expected a tvm.s_tir.Schedule, tvm.IRModule or tvm.tirx.PrimFunc, got "
+        f"{type(obj).__name__}"
     )
 
 

@@ -19,11 +19,19 @@ def _info(args) -> int:
     target = host_target()
     model = host_machine(target, reprobe=args.reprobe)
     print(f"tvm-ext {__version__}, TVM {tvm.__version__}")
-    print(f"target: {json.dumps({k: str(v) for k, v in target.attrs.items() if k in ('mcpu', 'mtriple', 'num-cores')})}")
+    print(
+        "target: "
+        + json.dumps({k: str(target.attrs[k]) for k in ("mcpu", "mtriple", "num-cores")})
+    )
     print(f"machine model ({model.cpu}, {model.cores} cores; cached in {cache_path(target)}):")
-    rows = [("peak " + k, f"{v.value / 1e9:.1f} GFLOP/s", v.source, v.note) for k, v in model.peaks.items()]
-    rows += [("bandwidth " + k, f"{v.value / 1e9:.1f} GB/s", v.source, v.note)
-             for k, v in model.bandwidth.items()]
+    rows = [
+        ("peak " + k, f"{v.value / 1e9:.1f} GFLOP/s", v.source, v.note)
+        for k, v in model.peaks.items()
+    ]
+    rows += [
+        ("bandwidth " + k, f"{v.value / 1e9:.1f} GB/s", v.source, v.note)
+        for k, v in model.bandwidth.items()
+    ]
     lat = model.fma_latency
     rows.append(("FMA latency", f"{lat.value * 1e9:.2f} ns", lat.source, lat.note))
     print(pd.DataFrame(rows, columns=["figure", "value", "source", "note"]).to_string(index=False))
@@ -35,8 +43,10 @@ def _lab(args) -> int:
     from .target import host_target
 
     target = host_target()
-    print(f"schedule mini-lab: matmul {args.size}^3 float32 on {target.attrs['mcpu']}, "
-          f"{target.attrs['num-cores']} threads")
+    print(
+        f"schedule mini-lab: matmul {args.size}^3 float32 on {target.attrs['mcpu']}, "
+        f"{target.attrs['num-cores']} threads"
+    )
     table = run_lab(args.size, target, trials=args.trials)
     with pd.option_context("display.max_colwidth", 90, "display.width", 200):
         print(table.to_string(index=False, float_format=lambda x: f"{x:.2f}"))
@@ -53,21 +63,63 @@ def _tune(args) -> int:
     ctor = kernels.SUITE.get(args.kernel)
     if ctor is None:
         raise SystemExit(f"unknown kernel {args.kernel!r}; choose one of {sorted(kernels.SUITE)}")
-    dims = [p for p in inspect.signature(ctor).parameters.values()
-            if p.annotation in (int, "int") and p.default is inspect.Parameter.empty]
+    dims = [
+        p
+        for p in inspect.signature(ctor).parameters.values()
+        if p.annotation in (int, "int") and p.default is inspect.Parameter.empty
+    ]
     if len(args.shape) != len(dims):
-        raise SystemExit(f"{args.kernel} takes {len(dims)} sizes ({', '.join(d.name for d in dims)}), "
-                         f"got {len(args.shape)}")
+        raise SystemExit(
+            f"{args.kernel} takes {len(dims)} sizes ({', '.join(d.name for d in dims)}), "
+            f"got {len(args.shape)}"
+        )
     w = ctor(*args.shape, **({"dtype": args.dtype} if args.dtype else {}))
     target = host_target()
-    r = tune(w.func, target, trials=args.trials, seed=args.seed, log_dir=args.log_dir,
-             audit=args.audit)
+    r = tune(
+        w.func, target, trials=args.trials, seed=args.seed, log_dir=args.log_dir, audit=args.audit
+    )
     m, st = r.measurement, r.stats
     print(f"{w.key} on {target.attrs['mcpu']} ({m.threads} threads), winner from the {r.source}")
-    print(f"  parity ok (max rel error {m.max_rel_error:.1e}); {m.seconds * 1e3:.3f} ms; "
-          f"{m.gflops:.1f} GFLOP/s; {100 * m.peak_fraction:.1f}% of peak; bound: {r.binding}")
-    print(f"  candidates: {st['generated']} generated, {st['dropped']} dropped by the bound, "
-          f"{st['measured']} measured, {st['regrets']} regrets; logs in {r.work_dir}")
+    print(
+        f"  parity ok (max rel error {m.max_rel_error:.1e}); {m.seconds * 1e3:.3f} ms; "
+        f"{m.gflops:.1f} GFLOP/s; {100 * m.peak_fraction:.1f}% of peak; bound: {r.binding}"
+    )
+    print(
+        f"  candidates: {st['generated']} generated, {st['dropped']} dropped by the bound, "
+        f"{st['measured']} measured, {st['regrets']} regrets; logs in {r.work_dir}"
+    )
+    return 0
+
+
+def _replay(args) -> int:
+    from .replay import replay
+
+    r = replay(args.folder, allow_other_target=args.allow_other_target)
+    m, rec = r.measurement, r.recorded
+    print(f"replayed {r.folder} (no search)")
+    print(f"  parity ok (max rel error {m.max_rel_error:.1e})")
+    rows = [
+        ("recorded", rec.get("best_seconds"), rec.get("best_gflops"), rec.get("date")),
+        ("replayed", m.seconds, m.gflops, "now"),
+    ]
+    table = pd.DataFrame(rows, columns=["", "seconds", "GFLOP/s", "when"])
+    print(table.to_string(index=False, float_format=lambda x: f"{x:.6g}"))
+    return 0
+
+
+def _report(args) -> int:
+    from .logs import report
+    from .machine import host_machine
+
+    table = report(args.log_dir, host_machine())
+    if table.empty:
+        print(f"no logs under {args.log_dir}")
+        return 1
+    print(
+        table.to_markdown(index=False, floatfmt=".1f")
+        if args.markdown
+        else table.to_string(index=False, float_format=lambda x: f"{x:.1f}")
+    )
     return 0
 
 
@@ -91,9 +143,19 @@ def main(argv: list[str] | None = None) -> int:
     tune.add_argument("--audit", action="store_true", help="measure dropped candidates too")
     tune.set_defaults(run=_tune)
     lab.add_argument("--trials", type=int, default=32, help="trials for the tuned row (0: none)")
+    rp = sub.add_parser("replay", help="replay one frozen log folder: parity and a fresh time")
+    rp.add_argument("folder")
+    rp.add_argument("--allow-other-target", action="store_true")
+    rp.set_defaults(run=_replay)
+    rep = sub.add_parser("report", help="a table of every frozen log")
+    rep.add_argument("log_dir", nargs="?", default="tuning_logs")
+    rep.add_argument("--markdown", action="store_true")
+    rep.set_defaults(run=_report)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
     return args.run(args)
 
 

@@ -40,3 +40,27 @@ class PolicyError(TvmExtError):
     def __init__(self, message: str, *, policy: str):
         super().__init__(message)
         self.policy = policy
+
+
+class LogError(TvmExtError):
+    """A frozen tuning log cannot be used; the message says why and what to do."""
+
+
+class NoLogFound(LogError):
+    """No log exists for this workload and target."""
+
+
+class WorkloadMismatch(LogError):
+    """The log was tuned for a different workload (the message shows what differs)."""
+
+
+class TargetMismatch(LogError):
+    """The log was tuned for another target or CPU (pass allow_other_target=True to use it)."""
+
+
+class CorruptLog(LogError):
+    """A log file cannot be read; the message names the file and line."""
+
+
+class LogVersionWarning(UserWarning):
+    """The log was written by another TVM version; replay still re-checks parity."""

@@ -27,12 +27,19 @@ MATMUL_DTYPES = FLOAT_DTYPES + ("int8", "uint8")
 ROW_DTYPES = ("float32", "float16")
 # Accumulation (and output) dtype per input dtype: fp32 accumulation for narrow floats (the
 # WMMA/AMX/AVX512-BF16 contract), int32 for int8 (the VNNI contract).
-ACC_DTYPE = {"float32": "float32", "float16": "float32", "bfloat16": "float32", "int8": "int32",
-             "uint8": "int32"}
+ACC_DTYPE = {
+    "float32": "float32",
+    "float16": "float32",
+    "bfloat16": "float32",
+    "int8": "int32",
+    "uint8": "int32",
+}
 
 
 def _b_dtype(dtype: str) -> str:
     return "int8" if dtype == "uint8" else dtype
+
+
 WORKLOAD_ATTR = "tvm_ext.workload"
 
 
@@ -83,7 +90,9 @@ def _check_dims(**dims) -> None:
 
 def _check_dtype(dtype, choices: Sequence[str], kernel: str) -> None:
     if dtype not in choices:
-        raise ValueError(f"{kernel}: dtype={dtype!r} is not supported; choose one of {tuple(choices)}")
+        raise ValueError(
+            f"{kernel}: dtype={dtype!r} is not supported; choose one of {tuple(choices)}"
+        )
 
 
 def _random(rng: np.random.Generator, shape, dtype: str, low=-1.0, high=1.0) -> np.ndarray:
@@ -110,10 +119,19 @@ def _make(name, args, tensors, flops, dtype, make_inputs, reference, func=None) 
 
     def inputs(rng):
         arrays = make_inputs(rng)
-        return arrays + [np.zeros(s, np_dtype(d)) for s, d in specs[len(arrays):]]
+        return arrays + [np.zeros(s, np_dtype(d)) for s, d in specs[len(arrays) :]]
 
-    return Workload(name, dict(args), func, int(flops), _nbytes(func), dtype,
-                    tuple(range(len(specs) - n_out, len(specs))), inputs, reference)
+    return Workload(
+        name,
+        dict(args),
+        func,
+        int(flops),
+        _nbytes(func),
+        dtype,
+        tuple(range(len(specs) - n_out, len(specs))),
+        inputs,
+        reference,
+    )
 
 
 def matmul(M: int, N: int, K: int, dtype: str = "float32", transpose_b: bool = False) -> Workload:
@@ -130,14 +148,19 @@ def matmul(M: int, N: int, K: int, dtype: str = "float32", transpose_b: bool = F
     def b_at(kk, j):
         return B[j, kk] if transpose_b else B[kk, j]
 
-    C = te.compute((M, N), lambda i, j: te.sum(A[i, k].astype(acc) * b_at(k, j).astype(acc), axis=k),
-                   name="C")
+    C = te.compute(
+        (M, N), lambda i, j: te.sum(A[i, k].astype(acc) * b_at(k, j).astype(acc), axis=k), name="C"
+    )
     args = {"M": M, "N": N, "K": K, "dtype": dtype}
     if transpose_b:
         args["transpose_b"] = True
     b_shape = (N, K) if transpose_b else (K, N)
     return _make(
-        "matmul", args, [A, B, C], 2 * M * N * K, dtype,
+        "matmul",
+        args,
+        [A, B, C],
+        2 * M * N * K,
+        dtype,
         lambda rng: [_random(rng, (M, K), dtype), _random(rng, b_shape, _b_dtype(dtype))],
         lambda a: [_wide(a[0]) @ (_wide(a[1]).T if transpose_b else _wide(a[1]))],
     )
@@ -151,20 +174,37 @@ def batch_matmul(batch: int, M: int, N: int, K: int, dtype: str = "float32") -> 
     A = te.placeholder((batch, M, K), dtype, name="A")
     B = te.placeholder((batch, K, N), _b_dtype(dtype), name="B")
     k = te.reduce_axis((0, K), name="k")
-    C = te.compute((batch, M, N),
-                   lambda b, i, j: te.sum(A[b, i, k].astype(acc) * B[b, k, j].astype(acc), axis=k),
-                   name="C")
+    C = te.compute(
+        (batch, M, N),
+        lambda b, i, j: te.sum(A[b, i, k].astype(acc) * B[b, k, j].astype(acc), axis=k),
+        name="C",
+    )
     return _make(
-        "batch_matmul", {"batch": batch, "M": M, "N": N, "K": K, "dtype": dtype}, [A, B, C],
-        2 * batch * M * N * K, dtype,
-        lambda rng: [_random(rng, (batch, M, K), dtype),
-                     _random(rng, (batch, K, N), _b_dtype(dtype))],
+        "batch_matmul",
+        {"batch": batch, "M": M, "N": N, "K": K, "dtype": dtype},
+        [A, B, C],
+        2 * batch * M * N * K,
+        dtype,
+        lambda rng: [
+            _random(rng, (batch, M, K), dtype),
+            _random(rng, (batch, K, N), _b_dtype(dtype)),
+        ],
         lambda a: [np.matmul(_wide(a[0]), _wide(a[1]))],
     )
 
 
-def conv2d(N: int, C: int, H: int, W: int, F: int, KH: int = 3, KW: int = 3, stride: int = 1,
-           padding: int = 0, dtype: str = "float32") -> Workload:
+def conv2d(
+    N: int,
+    C: int,
+    H: int,
+    W: int,
+    F: int,
+    KH: int = 3,
+    KW: int = 3,
+    stride: int = 1,
+    padding: int = 0,
+    dtype: str = "float32",
+) -> Workload:
     """NCHW convolution of ``X[N, C, H, W]`` with ``Wt[F, C, KH, KW]``, zero padding."""
     _check_dims(N=N, C=C, H=H, W=W, F=F, KH=KH, KW=KW, stride=stride)
     if isinstance(padding, bool) or not isinstance(padding, int) or padding < 0:
@@ -180,15 +220,24 @@ def conv2d(N: int, C: int, H: int, W: int, F: int, KH: int = 3, KW: int = 3, str
         (N, C, H + 2 * padding, W + 2 * padding),
         lambda n, c, h, w: _tvm.tvm.tirx.if_then_else(
             _tvm.tvm.tirx.all(h >= padding, h < H + padding, w >= padding, w < W + padding),
-            X[n, c, h - padding, w - padding], _tvm.tvm.tirx.const(0, dtype)),
-        name="pad")
-    c, r, s = (te.reduce_axis((0, C), "c"), te.reduce_axis((0, KH), "r"), te.reduce_axis((0, KW), "s"))
+            X[n, c, h - padding, w - padding],
+            _tvm.tvm.tirx.const(0, dtype),
+        ),
+        name="pad",
+    )
+    c, r, s = (
+        te.reduce_axis((0, C), "c"),
+        te.reduce_axis((0, KH), "r"),
+        te.reduce_axis((0, KW), "s"),
+    )
     Y = te.compute(
         (N, F, OH, OW),
         lambda n, f, y, x: te.sum(
             Xp[n, c, y * stride + r, x * stride + s].astype(acc) * Wt[f, c, r, s].astype(acc),
-            axis=[c, r, s]),
-        name="conv")
+            axis=[c, r, s],
+        ),
+        name="conv",
+    )
 
     def reference(a):
         x = np.pad(_wide(a[0]), ((0, 0), (0, 0), (padding, padding), (padding, padding)))
@@ -196,11 +245,27 @@ def conv2d(N: int, C: int, H: int, W: int, F: int, KH: int = 3, KW: int = 3, str
         win = win[:, :, ::stride, ::stride][:, :, :OH, :OW]
         return [np.einsum("ncyxrs,fcrs->nfyx", win, _wide(a[1]), optimize=True)]
 
-    args = {"N": N, "C": C, "H": H, "W": W, "F": F, "KH": KH, "KW": KW, "stride": stride,
-            "padding": padding, "dtype": dtype}
-    return _make("conv2d", args, [X, Wt, Y], 2 * N * F * OH * OW * C * KH * KW, dtype,
-                 lambda rng: [_random(rng, (N, C, H, W), dtype), _random(rng, (F, C, KH, KW), dtype)],
-                 reference)
+    args = {
+        "N": N,
+        "C": C,
+        "H": H,
+        "W": W,
+        "F": F,
+        "KH": KH,
+        "KW": KW,
+        "stride": stride,
+        "padding": padding,
+        "dtype": dtype,
+    }
+    return _make(
+        "conv2d",
+        args,
+        [X, Wt, Y],
+        2 * N * F * OH * OW * C * KH * KW,
+        dtype,
+        lambda rng: [_random(rng, (N, C, H, W), dtype), _random(rng, (F, C, KH, KW), dtype)],
+        reference,
+    )
 
 
 def softmax(M: int, N: int, dtype: str = "float32") -> Workload:
@@ -219,8 +284,15 @@ def softmax(M: int, N: int, dtype: str = "float32") -> Workload:
         e = np.exp(x - x.max(axis=-1, keepdims=True))
         return [e / e.sum(axis=-1, keepdims=True)]
 
-    return _make("softmax", {"M": M, "N": N, "dtype": dtype}, [X, Y], 5 * M * N, dtype,
-                 lambda rng: [_random(rng, (M, N), dtype, -4.0, 4.0)], reference)
+    return _make(
+        "softmax",
+        {"M": M, "N": N, "dtype": dtype},
+        [X, Y],
+        5 * M * N,
+        dtype,
+        lambda rng: [_random(rng, (M, N), dtype, -4.0, 4.0)],
+        reference,
+    )
 
 
 def layernorm(M: int, N: int, dtype: str = "float32", eps: float = 1e-5) -> Workload:
@@ -235,13 +307,20 @@ def layernorm(M: int, N: int, dtype: str = "float32", eps: float = 1e-5) -> Work
     # TE allows a reduction only at the top of a stage: the two sums are stages of their own.
     total = te.compute((M,), lambda i: te.sum(X[i, k1].astype("float32"), axis=k1), name="row_sum")
     sq = te.compute(
-        (M,), lambda i: te.sum(te.power(X[i, k2].astype("float32") - total[i] / N, 2), axis=k2),
-        name="row_sqdev")
+        (M,),
+        lambda i: te.sum(te.power(X[i, k2].astype("float32") - total[i] / N, 2), axis=k2),
+        name="row_sqdev",
+    )
     Y = te.compute(
         (M, N),
-        lambda i, j: ((X[i, j].astype("float32") - total[i] / N) * te.rsqrt(sq[i] / N + eps)
-                      * g[j].astype("float32") + b[j].astype("float32")).astype(dtype),
-        name="layernorm")
+        lambda i, j: (
+            (X[i, j].astype("float32") - total[i] / N)
+            * te.rsqrt(sq[i] / N + eps)
+            * g[j].astype("float32")
+            + b[j].astype("float32")
+        ).astype(dtype),
+        name="layernorm",
+    )
 
     def reference(a):
         x = _wide(a[0])
@@ -249,9 +328,19 @@ def layernorm(M: int, N: int, dtype: str = "float32", eps: float = 1e-5) -> Work
         var_ = ((x - mu) ** 2).mean(axis=-1, keepdims=True)
         return [(x - mu) / np.sqrt(var_ + eps) * _wide(a[1]) + _wide(a[2])]
 
-    return _make("layernorm", {"M": M, "N": N, "eps": eps, "dtype": dtype}, [X, g, b, Y], 8 * M * N, dtype,
-                 lambda rng: [_random(rng, (M, N), dtype), _random(rng, (N,), dtype),
-                              _random(rng, (N,), dtype)], reference)
+    return _make(
+        "layernorm",
+        {"M": M, "N": N, "eps": eps, "dtype": dtype},
+        [X, g, b, Y],
+        8 * M * N,
+        dtype,
+        lambda rng: [
+            _random(rng, (M, N), dtype),
+            _random(rng, (N,), dtype),
+            _random(rng, (N,), dtype),
+        ],
+        reference,
+    )
 
 
 def rmsnorm(M: int, N: int, dtype: str = "float32", eps: float = 1e-6) -> Workload:
@@ -263,20 +352,32 @@ def rmsnorm(M: int, N: int, dtype: str = "float32", eps: float = 1e-6) -> Worklo
     X = te.placeholder((M, N), dtype, name="X")
     w = te.placeholder((N,), dtype, name="weight")
     k = te.reduce_axis((0, N), "k")
-    ss = te.compute((M,), lambda i: te.sum(X[i, k].astype("float32") * X[i, k].astype("float32"),
-                                           axis=k), name="sumsq")
+    ss = te.compute(
+        (M,),
+        lambda i: te.sum(X[i, k].astype("float32") * X[i, k].astype("float32"), axis=k),
+        name="sumsq",
+    )
     Y = te.compute(
         (M, N),
-        lambda i, j: (X[i, j].astype("float32") * te.rsqrt(ss[i] / N + eps)
-                      * w[j].astype("float32")).astype(dtype),
-        name="rmsnorm")
+        lambda i, j: (
+            X[i, j].astype("float32") * te.rsqrt(ss[i] / N + eps) * w[j].astype("float32")
+        ).astype(dtype),
+        name="rmsnorm",
+    )
 
     def reference(a):
         x = _wide(a[0])
         return [x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps) * _wide(a[1])]
 
-    return _make("rmsnorm", {"M": M, "N": N, "eps": eps, "dtype": dtype}, [X, w, Y], 4 * M * N, dtype,
-                 lambda rng: [_random(rng, (M, N), dtype), _random(rng, (N,), dtype)], reference)
+    return _make(
+        "rmsnorm",
+        {"M": M, "N": N, "eps": eps, "dtype": dtype},
+        [X, w, Y],
+        4 * M * N,
+        dtype,
+        lambda rng: [_random(rng, (M, N), dtype), _random(rng, (N,), dtype)],
+        reference,
+    )
 
 
 def axpy(n: int, alpha: float = 2.0, dtype: str = "float32") -> Workload:
@@ -287,7 +388,11 @@ def axpy(n: int, alpha: float = 2.0, dtype: str = "float32") -> Workload:
         raise ValueError(f"alpha={alpha!r} must be a finite number")
     alpha = float(alpha)
     return _make(
-        "axpy", {"n": n, "alpha": alpha, "dtype": dtype}, None, 2 * n, dtype,
+        "axpy",
+        {"n": n, "alpha": alpha, "dtype": dtype},
+        None,
+        2 * n,
+        dtype,
         lambda rng: [_random(rng, (n,), dtype), _random(rng, (n,), dtype)],
         lambda a: [np.float64(np_dtype(dtype).type(alpha)) * _wide(a[0]) + _wide(a[1])],
         func=axpy_func(n, alpha, dtype),
@@ -295,8 +400,13 @@ def axpy(n: int, alpha: float = 2.0, dtype: str = "float32") -> Workload:
 
 
 SUITE: dict[str, Callable[..., Workload]] = {
-    "matmul": matmul, "batch_matmul": batch_matmul, "conv2d": conv2d, "softmax": softmax,
-    "layernorm": layernorm, "rmsnorm": rmsnorm, "axpy": axpy,
+    "matmul": matmul,
+    "batch_matmul": batch_matmul,
+    "conv2d": conv2d,
+    "softmax": softmax,
+    "layernorm": layernorm,
+    "rmsnorm": rmsnorm,
+    "axpy": axpy,
 }
 
 

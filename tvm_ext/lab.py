@@ -31,24 +31,38 @@ def default_rows(trials: int = 32) -> list[LabRow]:
     from tvm_ext.schedules.lecture import lecture_cpu_matmul
 
     rows = [
-        LabRow("naive", lambda w: w.func,
-               "scalar loop nest, B streamed column-wise: bound by cache misses, not compute"),
-        LabRow("lecture cpu", lecture_cpu_matmul,
-               "32x32 tile + local accumulator + vectorize + parallel: chases the fp32 FMA roof"),
-        LabRow("hand (library)", lambda w: schedules.schedule(w),
-               "register-blocked micro-kernel over packed B panels: the fp32 FMA roof"),
+        LabRow(
+            "naive",
+            lambda w: w.func,
+            "scalar loop nest, B streamed column-wise: bound by cache misses, not compute",
+        ),
+        LabRow(
+            "lecture cpu",
+            lecture_cpu_matmul,
+            "32x32 tile + local accumulator + vectorize + parallel: chases the fp32 FMA roof",
+        ),
+        LabRow(
+            "hand (library)",
+            lambda w: schedules.schedule(w),
+            "register-blocked micro-kernel over packed B panels: the fp32 FMA roof",
+        ),
     ]
     if trials > 0:
         from tvm_ext.tune import tune
 
-        rows.append(LabRow(f"tuned ({trials} trials)",
-                           lambda w: tune(w.func, trials=trials, seed=0, progress=False).mod,
-                           "MetaSchedule + roofline pruning, seeded by the hand schedule"))
+        rows.append(
+            LabRow(
+                f"tuned ({trials} trials)",
+                lambda w: tune(w.func, trials=trials, seed=0, progress=False).mod,
+                "MetaSchedule + roofline pruning, seeded by the hand schedule",
+            )
+        )
     return rows
 
 
-def run_lab(size: int = 512, target=None, rows: list[LabRow] | None = None,
-            trials: int = 32) -> pd.DataFrame:
+def run_lab(
+    size: int = 512, target=None, rows: list[LabRow] | None = None, trials: int = 32
+) -> pd.DataFrame:
     """Measure every row on ``matmul(size, size, size)``; a parity failure shows, not a speed."""
     target = as_target(target)
     workload = kernels.matmul(size, size, size)
@@ -61,9 +75,13 @@ def run_lab(size: int = 512, target=None, rows: list[LabRow] | None = None,
             log.error("%s: %s", row.name, err)
             record.update(parity=f"FAIL ({err.max_rel_error:.1e})")
         else:
-            record.update(parity=f"ok ({m.max_rel_error:.1e})", ms=m.seconds * 1e3,
-                          gflops=m.gflops, pct_peak=100 * m.peak_fraction,
-                          pct_roofline=100 * m.roofline_fraction)
+            record.update(
+                parity=f"ok ({m.max_rel_error:.1e})",
+                ms=m.seconds * 1e3,
+                gflops=m.gflops,
+                pct_peak=100 * m.peak_fraction,
+                pct_roofline=100 * m.roofline_fraction,
+            )
         record["note"] = row.note
         records.append(record)
     columns = ["schedule", "parity", "ms", "gflops", "pct_peak", "pct_roofline", "note"]

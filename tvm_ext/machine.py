@@ -47,7 +47,7 @@ class Figure:
 
 @dataclass(frozen=True)
 class MachineModel:
-    """Peaks (FLOP/s per dtype) and bandwidths (byte/s per level) of one CPU at ``cores`` threads."""
+    """Peaks (FLOP/s per dtype) and bandwidths (byte/s per level) of a CPU at ``cores`` threads."""
 
     cpu: str
     cores: int
@@ -77,10 +77,16 @@ class MachineModel:
         peaks, bw, latency = dict(self.peaks), dict(self.bandwidth), self.fma_latency
         for key, value in overrides.items():
             kind, _, name = key.partition(".")
-            valid = (kind == "peak" and name) or (kind == "bw" and name in LEVELS) or key == "fma_latency"
+            valid = (
+                (kind == "peak" and name)
+                or (kind == "bw" and name in LEVELS)
+                or key == "fma_latency"
+            )
             if not valid:
-                raise ValueError(f"override key {key!r}: use 'peak.<dtype>', "
-                                 f"'bw.<{'|'.join(LEVELS)}>' or 'fma_latency'")
+                raise ValueError(
+                    f"override key {key!r}: use 'peak.<dtype>', "
+                    f"'bw.<{'|'.join(LEVELS)}>' or 'fma_latency'"
+                )
             if not isinstance(value, (int, float)) or not np.isfinite(value) or value <= 0:
                 raise ValueError(f"override {key}={value!r} must be a positive finite number")
             if key == "fma_latency":
@@ -96,10 +102,16 @@ class MachineModel:
     def from_json(cls, data: dict) -> "MachineModel":
         if data.get("schema") != SCHEMA:
             raise ValueError(f"machine model schema {data.get('schema')!r}, expected {SCHEMA}")
-        return cls(data["cpu"], int(data["cores"]),
-                   {k: Figure(**v) for k, v in data["peaks"].items()},
-                   {k: Figure(**v) for k, v in data["bandwidth"].items()}, int(data["llc_bytes"]),
-                   int(data["l2_bytes"]), int(data["vector_lanes"]), Figure(**data["fma_latency"]))
+        return cls(
+            data["cpu"],
+            int(data["cores"]),
+            {k: Figure(**v) for k, v in data["peaks"].items()},
+            {k: Figure(**v) for k, v in data["bandwidth"].items()},
+            int(data["llc_bytes"]),
+            int(data["l2_bytes"]),
+            int(data["vector_lanes"]),
+            Figure(**data["fma_latency"]),
+        )
 
 
 def cache_sizes() -> dict[int, int]:
@@ -114,22 +126,27 @@ def cache_sizes() -> dict[int, int]:
             continue
         match = re.fullmatch(r"(\d+)([KMG]?)", text)
         if kind in ("Data", "Unified") and match:
-            sizes[level] = int(match[1]) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[match[2]]
+            sizes[level] = (
+                int(match[1]) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[match[2]]
+            )
     return sizes
 
 
 def _best_seconds(func, arrays, min_seconds: float) -> float:
     dev = _tvm.tvm.cpu(0)
     tensors = [_tvm.tensor(a, dev) for a in arrays]
-    ev = func.time_evaluator(func.entry_name, dev, number=1, repeat=7,
-                             min_repeat_ms=int(min_seconds * 1000))
+    ev = func.time_evaluator(
+        func.entry_name, dev, number=1, repeat=7, min_repeat_ms=int(min_seconds * 1000)
+    )
     # The first timed runs of a fresh thread pool come out up to 1.5x slow (thread start-up,
     # clock ramp): one discarded evaluation warms both.
     ev(*tensors)
     return float(min(ev(*tensors).results))
 
 
-def probe_fp32_peak(target, cores: int, lanes: int = 16, chains: int = 16, steps: int = 200_000) -> float:
+def probe_fp32_peak(
+    target, cores: int, lanes: int = 16, chains: int = 16, steps: int = 200_000
+) -> float:
     """FLOP/s of ``chains`` independent ``lanes``-wide FMA recurrences on every core."""
     mod = _tvm.IRModule({"main": fma_chains(cores, chains, lanes, steps)})
     func = _tvm.build(mod, target)
@@ -154,7 +171,9 @@ def probe_copy_bandwidth(target, cores: int, nbytes: int, lanes: int = 16) -> fl
     return 8.0 * n / seconds
 
 
-def probe_read_bandwidth(target, cores: int, nbytes: int, lanes: int = 16, chains: int = 4) -> float:
+def probe_read_bandwidth(
+    target, cores: int, nbytes: int, lanes: int = 16, chains: int = 4
+) -> float:
     """byte/s of a streaming read (a vector sum) over about ``nbytes``."""
     unit = cores * lanes * chains
     n = max(nbytes // 4 // unit, 1) * unit
@@ -183,12 +202,26 @@ def probe(target=None) -> MachineModel:
         latency = min(probe_fma_latency(target) for _ in range(3))
         # Bandwidth is the faster of a streaming read and a STREAM copy: a copy's uncounted
         # write-allocate traffic lets read-heavy kernels beat it, and a roof must not be beaten.
-        llc_bw = max(max(probe_read_bandwidth(target, cores, llc_set),
-                         probe_copy_bandwidth(target, cores, llc_set)) for _ in range(2))
-        dram_bw = max(max(probe_read_bandwidth(target, cores, dram_set),
-                          probe_copy_bandwidth(target, cores, dram_set)) for _ in range(2))
-    for name, value in (("fp32 peak", fp32), ("LLC bandwidth", llc_bw), ("DRAM bandwidth", dram_bw),
-                        ("FMA latency", latency)):
+        llc_bw = max(
+            max(
+                probe_read_bandwidth(target, cores, llc_set),
+                probe_copy_bandwidth(target, cores, llc_set),
+            )
+            for _ in range(2)
+        )
+        dram_bw = max(
+            max(
+                probe_read_bandwidth(target, cores, dram_set),
+                probe_copy_bandwidth(target, cores, dram_set),
+            )
+            for _ in range(2)
+        )
+    for name, value in (
+        ("fp32 peak", fp32),
+        ("LLC bandwidth", llc_bw),
+        ("DRAM bandwidth", dram_bw),
+        ("FMA latency", latency),
+    ):
         if not np.isfinite(value) or value <= 0:
             raise ProbeError(f"{name} probe returned {value!r}")
     peaks = {"float32": Figure(fp32, "probed", f"{cores} cores x 16 FMA chains of 16 lanes")}
@@ -196,12 +229,21 @@ def probe(target=None) -> MachineModel:
         feature, ratio = next(((f, r) for f, r in ratios if _has_feature(target, f)), (None, 1.0))
         note = f"fp32 probe x {ratio:g} ({feature})" if feature else "no dot instruction: fp32 rate"
         peaks[dtype] = Figure(fp32 * ratio, "table", note)
-    bandwidth = {"llc": Figure(llc_bw, "probed", "best of streaming read/copy in the LLC"),
-                 "dram": Figure(dram_bw, "probed", "best of streaming read/copy over 8x LLC")}
+    bandwidth = {
+        "llc": Figure(llc_bw, "probed", "best of streaming read/copy in the LLC"),
+        "dram": Figure(dram_bw, "probed", "best of streaming read/copy over 8x LLC"),
+    }
     # Data stays on chip up to the LLC plus every core's L2 (AMD's L3 is a victim cache of L2).
-    return MachineModel(target_cpu(target), cores, peaks, bandwidth, llc + l2_total, l2_total,
-                        lanes_for(target, 32),
-                        Figure(latency, "probed", "one dependent scalar FMA chain"))
+    return MachineModel(
+        target_cpu(target),
+        cores,
+        peaks,
+        bandwidth,
+        llc + l2_total,
+        l2_total,
+        lanes_for(target, 32),
+        Figure(latency, "probed", "one dependent scalar FMA chain"),
+    )
 
 
 def cache_path(target) -> pathlib.Path:
@@ -210,7 +252,9 @@ def cache_path(target) -> pathlib.Path:
     return pathlib.Path(platformdirs.user_cache_dir("tvm-ext")) / name
 
 
-def host_machine(target=None, *, reprobe: bool = False, overrides: dict | None = None) -> MachineModel:
+def host_machine(
+    target=None, *, reprobe: bool = False, overrides: dict | None = None
+) -> MachineModel:
     """The machine model of ``target`` (default the host): cached probe, then ``overrides``."""
     target = as_target(target)
     path = cache_path(target)

@@ -55,8 +55,11 @@ def _errors(out: np.ndarray, ref: np.ndarray) -> tuple[float, float]:
     out = out.astype(np.float64) if out.dtype != np.float64 else out
     ref = np.asarray(ref, dtype=np.float64)
     if out.shape != ref.shape:
-        raise ParityError(f"output shape {out.shape} differs from the reference's {ref.shape}",
-                          max_abs_error=float("inf"), max_rel_error=float("inf"))
+        raise ParityError(
+            f"output shape {out.shape} differs from the reference's {ref.shape}",
+            max_abs_error=float("inf"),
+            max_rel_error=float("inf"),
+        )
     if out.size == 0:
         return 0.0, 0.0
     diff = np.abs(out - ref)
@@ -64,7 +67,9 @@ def _errors(out: np.ndarray, ref: np.ndarray) -> tuple[float, float]:
     return float(np.max(diff)), float(np.max(diff / (np.abs(ref) + scale + 1e-300)))
 
 
-def check_parity(outputs: Sequence[np.ndarray], expected: Sequence[np.ndarray], label: str) -> tuple[float, float]:
+def check_parity(
+    outputs: Sequence[np.ndarray], expected: Sequence[np.ndarray], label: str
+) -> tuple[float, float]:
     """Max absolute and relative error of ``outputs``; raises ParityError past tolerance."""
     worst_abs = worst_rel = 0.0
     for i, (out, ref) in enumerate(zip(outputs, expected)):
@@ -76,7 +81,9 @@ def check_parity(outputs: Sequence[np.ndarray], expected: Sequence[np.ndarray], 
             raise ParityError(
                 f"{label}: output {i} ({dtype}) differs from the reference: max abs error "
                 f"{abs_err:.3g}, max rel error {rel_err:.3g} > tolerance {rtol:g}",
-                max_abs_error=abs_err, max_rel_error=rel_err)
+                max_abs_error=abs_err,
+                max_rel_error=rel_err,
+            )
         worst_abs, worst_rel = max(worst_abs, abs_err), max(worst_rel, rel_err)
     return worst_abs, worst_rel
 
@@ -94,8 +101,10 @@ def _check_arrays(arrays: Sequence[np.ndarray], specs, label: str) -> None:
         raise ValueError(f"{label}: {len(arrays)} arrays for {len(specs)} parameters")
     for i, (a, (shape, dtype)) in enumerate(zip(arrays, specs)):
         if tuple(a.shape) != shape or a.dtype != np_dtype(dtype):
-            raise ValueError(f"{label}: parameter {i} is {shape} {dtype}, the workload gives "
-                             f"{tuple(a.shape)} {a.dtype}")
+            raise ValueError(
+                f"{label}: parameter {i} is {shape} {dtype}, the workload gives "
+                f"{tuple(a.shape)} {a.dtype}"
+            )
 
 
 def run(lib, arrays: Sequence[np.ndarray], dev) -> list[np.ndarray]:
@@ -137,8 +146,11 @@ def _prepare(obj, workload, target, reference, seed):
         cost = (workload.flops, workload.min_bytes, workload.dtype)
     elif reference is not None:
         ref_mod = _tvm.as_module(reference)
-        _check_arrays(_random_inputs(_tvm.param_specs(_tvm.main_func(ref_mod)), seed), specs,
-                      f"{label} vs its reference")
+        _check_arrays(
+            _random_inputs(_tvm.param_specs(_tvm.main_func(ref_mod)), seed),
+            specs,
+            f"{label} vs its reference",
+        )
         arrays = _random_inputs(specs, seed)
         with _tvm.threads(threads):
             result = run(lib, arrays, dev)
@@ -149,12 +161,14 @@ def _prepare(obj, workload, target, reference, seed):
     else:
         raise ValueError(
             f"{label}: no reference to check parity against; pass workload= (a tvm_ext.kernels "
-            "Workload) or reference= (the unscheduled PrimFunc/IRModule)")
+            "Workload) or reference= (the unscheduled PrimFunc/IRModule)"
+        )
     return target, label, dev, lib, threads, arrays, errors, cost
 
 
-def verify(obj, workload: Workload | None = None, target=None, *, reference=None,
-           seed: int = 0) -> tuple[float, float]:
+def verify(
+    obj, workload: Workload | None = None, target=None, *, reference=None, seed: int = 0
+) -> tuple[float, float]:
     """Build and run ``obj`` once and check parity, without timing: (max abs, max rel) error.
 
     Raises ParityError past the dtype's tolerance; the references are those of :func:`measure`.
@@ -162,9 +176,17 @@ def verify(obj, workload: Workload | None = None, target=None, *, reference=None
     return _prepare(obj, workload, target, reference, seed)[6]
 
 
-def measure(obj, workload: Workload | None = None, target=None, *, reference=None,
-            machine: MachineModel | None = None, repeat: int = 10, min_repeat_ms: int = 50,
-            seed: int = 0) -> Measurement:
+def measure(
+    obj,
+    workload: Workload | None = None,
+    target=None,
+    *,
+    reference=None,
+    machine: MachineModel | None = None,
+    repeat: int = 10,
+    min_repeat_ms: int = 50,
+    seed: int = 0,
+) -> Measurement:
     """Build ``obj`` (Schedule, IRModule or PrimFunc) for ``target``, check parity, time it.
 
     The reference is ``workload``'s numpy reference; else that of the suite workload the
@@ -174,10 +196,13 @@ def measure(obj, workload: Workload | None = None, target=None, *, reference=Non
     """
     if not isinstance(repeat, int) or repeat < 1:
         raise ValueError(f"repeat={repeat!r} must be a positive int")
-    target, label, dev, lib, threads, arrays, (abs_err, rel_err), (flops, nbytes, dtype) = \
-        _prepare(obj, workload, target, reference, seed)
+    target, label, dev, lib, threads, arrays, (abs_err, rel_err), (flops, nbytes, dtype) = _prepare(
+        obj, workload, target, reference, seed
+    )
     tensors = [_tvm.tensor(a, dev) for a in arrays]
-    ev = lib.time_evaluator(lib.entry_name, dev, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms)
+    ev = lib.time_evaluator(
+        lib.entry_name, dev, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms
+    )
     warm = lib.time_evaluator(lib.entry_name, dev, number=1, repeat=1, min_repeat_ms=min_repeat_ms)
     with _tvm.threads(threads):
         warm(*tensors)  # warm the thread pool, clocks and caches; discarded
@@ -192,8 +217,23 @@ def measure(obj, workload: Workload | None = None, target=None, *, reference=Non
         peak = flops / median / machine.peak(dtype)
         roof = machine.roofline_seconds(flops, nbytes, dtype) / median
         if roof > 1.0:
-            log.warning("%s ran at %.2fx the machine model's roofline: the model underestimates "
-                        "this machine (re-probe with `tvm-ext info --reprobe`)", label, roof)
-    return Measurement(abs_err, rel_err, median, float(times.min()),
-                       float((times.max() - times.min()) / median), repeat, threads, flops,
-                       gflops, peak, roof, str(target))
+            log.warning(
+                "%s ran at %.2fx the machine model's roofline: the model underestimates "
+                "this machine (re-probe with `tvm-ext info --reprobe`)",
+                label,
+                roof,
+            )
+    return Measurement(
+        abs_err,
+        rel_err,
+        median,
+        float(times.min()),
+        float((times.max() - times.min()) / median),
+        repeat,
+        threads,
+        flops,
+        gflops,
+        peak,
+        roof,
+        str(target),
+    )

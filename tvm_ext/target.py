@@ -18,8 +18,20 @@ from . import _tvm
 log = logging.getLogger(__name__)
 
 # The CUDA architectures TVM 0.27's codegen and nvcc accept, oldest to newest.
-CUDA_ARCHS = ("sm_70", "sm_72", "sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a",
-              "sm_100", "sm_100a", "sm_120")
+CUDA_ARCHS = (
+    "sm_70",
+    "sm_72",
+    "sm_75",
+    "sm_80",
+    "sm_86",
+    "sm_87",
+    "sm_89",
+    "sm_90",
+    "sm_90a",
+    "sm_100",
+    "sm_100a",
+    "sm_120",
+)
 
 
 # Features that change the code LLVM emits for kernels (vector ISA, FMA, bit manipulation).
@@ -137,7 +149,9 @@ def as_target(target) -> "_tvm.Target":
         if kind not in ("llvm", "cuda"):
             raise ValueError(f"target kind {kind!r} is not supported; choose 'llvm' or 'cuda'")
         return _tvm.Target(target)
-    raise TypeError(f"target must be None, a tvm.target.Target or a dict, got {type(target).__name__}")
+    raise TypeError(
+        f"target must be None, a tvm.target.Target or a dict, got {type(target).__name__}"
+    )
 
 
 def target_cores(target: "_tvm.Target") -> int:

@@ -1,0 +1,162 @@
+"""Frozen logs: layout and manifest, replay without search, and every replay error."""
+
+import json
+import shutil
+
+import pytest
+import tvm_ffi
+
+from tvm_ext import _tvm, kernels as K
+from tvm_ext.errors import (
+    CorruptLog,
+    NoLogFound,
+    TargetMismatch,
+    WorkloadMismatch,
+    LogVersionWarning,
+)
+from tvm_ext.logs import find_logs, log_folder, read_manifest, report
+from tvm_ext.replay import replay
+from tvm_ext.tune import tune
+
+W = K.matmul(32, 32, 32)
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory, host):
+    root = tmp_path_factory.mktemp("logs")
+    result = tune(W.func, host, trials=8, batch=8, seed=3, log_dir=root, progress=False)
+    return root, result
+
+
+@pytest.fixture
+def log_copy(tuned, tmp_path):
+    root, _ = tuned
+    dst = tmp_path / "logs"
+    shutil.copytree(root, dst)
+    (folder,) = find_logs(dst)
+    return dst, folder
+
+
+def test_layout_and_manifest(tuned, host):
+    root, result = tuned
+    folder = log_folder(root, host, W.func)
+    assert str(folder) == result.log_folder
+    assert folder.parent.name == f"llvm-{host.attrs['mcpu']}-{host.attrs['num-cores']}c"
+    assert folder.name == W.key
+    m = read_manifest(folder)
+    for key in (
+        "package_version",
+        "tvm_version",
+        "target",
+        "cpu_model",
+        "threads",
+        "workload_key",
+        "structural_hash",
+        "policy",
+        "trials",
+        "best_seconds",
+        "best_gflops",
+        "parity",
+        "date",
+        "binding",
+    ):
+        assert m[key] is not None, key
+    assert m["threads"] == int(host.attrs["num-cores"]) and m["parity"]["ok"] is True
+    lines = (folder / "database_tuning_record.json").read_text().splitlines()
+    assert m["records"] == len(lines) >= 1
+
+
+def test_replay_matches_the_tune(tuned, host):
+    root, result = tuned
+    r = replay(W, host, root)
+    assert r.measurement.max_rel_error < 1e-4
+    assert tvm_ffi.structural_equal(r.mod, result.mod)
+    assert r.recorded["best_seconds"] == pytest.approx(read_manifest(r.folder)["best_seconds"])
+    by_path = replay(str(r.folder))  # the folder alone names its workload
+    assert tvm_ffi.structural_equal(by_path.mod, result.mod)
+
+
+def test_second_tune_adds_records_without_losing_any(tuned, tmp_path, host):
+    root, _ = tuned
+    dst = tmp_path / "again"
+    shutil.copytree(root, dst)
+    (folder,) = find_logs(dst)
+    before = (folder / "database_tuning_record.json").read_text().splitlines()
+    tune(W.func, host, trials=8, batch=8, seed=4, log_dir=dst, progress=False)
+    after = (folder / "database_tuning_record.json").read_text().splitlines()
+    assert set(before) <= set(after) and len(after) > len(before)
+    assert read_manifest(folder)["tunes"] == 2
+
+
+def test_interrupted_tune_leaves_a_valid_log(tmp_path, host, monkeypatch):
+    ms = _tvm.meta_schedule()
+    real = ms.tune.tune_tasks
+
+    def interrupted(**kwargs):
+        real(**{**kwargs, "max_trials_global": 8})
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ms.tune, "tune_tasks", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        tune(W.func, host, trials=64, batch=8, seed=5, log_dir=tmp_path, progress=False)
+    (folder,) = find_logs(tmp_path)
+    assert read_manifest(folder)["parity"]["ok"] is None  # not checked before the interrupt
+    monkeypatch.setattr(ms.tune, "tune_tasks", real)
+    assert replay(W, host, tmp_path).measurement.max_rel_error < 1e-4
+
+
+def test_no_log(tmp_path, host):
+    with pytest.raises(NoLogFound, match="no log for matmul_M32_N32_K32_float32"):
+        replay(W, host, tmp_path)
+
+
+def test_workload_changed_shows_the_difference(log_copy, host):
+    root, folder = log_copy
+    other = K.matmul(32, 32, 32, "float16")
+    shutil.copytree(folder, folder.parent / other.key)
+    with pytest.raises(WorkloadMismatch, match=r'(?s)different workload.*"dtype": "float16"'):
+        replay(other, host, root)
+
+
+def test_other_target_refused_unless_allowed(log_copy, host):
+    root, folder = log_copy
+    m = read_manifest(folder)
+    m["cpu_model"] = "Some Other CPU"
+    (folder / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(TargetMismatch, match="CPU 'Some Other CPU'.*allow_other_target=True"):
+        replay(W, host, root)
+    with pytest.warns(UserWarning, match="replaying anyway"):
+        assert replay(W, host, root, allow_other_target=True).measurement.max_rel_error < 1e-4
+
+
+def test_corrupt_records_name_file_and_line(log_copy, host):
+    root, folder = log_copy
+    path = folder / "database_tuning_record.json"
+    lines = path.read_text().splitlines()
+    lines.append(lines[0][: len(lines[0]) // 2])  # a torn last line
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(CorruptLog, match=rf"database_tuning_record.json, line {len(lines)}"):
+        replay(W, host, root)
+
+
+def test_corrupt_manifest(log_copy, host):
+    root, folder = log_copy
+    (folder / "manifest.json").write_text("{")
+    with pytest.raises(CorruptLog, match="manifest.json, line 1"):
+        replay(W, host, root)
+
+
+def test_other_tvm_version_warns_but_replays(log_copy, host):
+    root, folder = log_copy
+    m = read_manifest(folder)
+    m["tvm_version"] = "0.26.0"
+    (folder / "manifest.json").write_text(json.dumps(m))
+    with pytest.warns(LogVersionWarning, match="TVM 0.26.0"):
+        assert replay(W, host, root).measurement.max_rel_error < 1e-4
+
+
+def test_report_table(tuned, machine):
+    root, _ = tuned
+    table = report(root, machine)
+    assert list(table["workload"]) == [W.key]
+    assert table["best GFLOP/s"].iloc[0] > 0 and 0 < table["% peak"].iloc[0] < 200

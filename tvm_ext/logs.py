@@ -1,0 +1,216 @@
+"""Frozen tuning logs: MetaSchedule's JSON database plus a provenance manifest.
+
+Layout: ``<root>/<target key>/<workload key>/`` holding ``database_workload.json`` (one
+workload), ``database_tuning_record.json`` (one measured candidate per line) and
+``manifest.json``. Every file is replaced atomically (written beside, then renamed), under a
+file lock, so an interrupted or concurrent tune never leaves a torn log and never loses a
+record that was already there.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import pathlib
+import platform
+import tempfile
+from importlib.metadata import version
+from typing import Iterable
+
+from filelock import FileLock
+
+from . import _tvm
+from .errors import CorruptLog
+from .kernels import Workload, from_func
+
+WORKLOADS_FILE = "database_workload.json"
+RECORDS_FILE = "database_tuning_record.json"
+MANIFEST_FILE = "manifest.json"
+MANIFEST_SCHEMA = 1
+
+
+def cpu_model() -> str:
+    """The CPU model string the kernel reports (provenance of every figure)."""
+    try:
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def target_key(target) -> str:
+    """``llvm-znver4-2c`` or ``cuda-sm_90``: one folder per code-generation target."""
+    attrs = target.attrs
+    if target.kind.name == "cuda":
+        return f"cuda-{attrs.get('arch', 'unknown')}"
+    return f"llvm-{attrs.get('mcpu', 'generic')}-{int(attrs['num-cores'])}c"
+
+
+def structural_hash(func) -> str:
+    return f"{_tvm.tvm_ffi.structural_hash(func) & (2**64 - 1):016x}"
+
+
+def workload_key(func) -> str:
+    """The suite key when ``func`` is a suite kernel, else ``prim_func-<structural hash>``."""
+    w = from_func(func)
+    return w.key if w is not None else f"prim_func-{structural_hash(func)}"
+
+
+def log_folder(root, target, func) -> pathlib.Path:
+    return pathlib.Path(root) / target_key(target) / workload_key(func)
+
+
+def _atomic_write(path: pathlib.Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_json_lines(path: pathlib.Path) -> list:
+    """Parse a JSON-lines file; a bad line is a CorruptLog naming the file and line."""
+    rows = []
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise CorruptLog(f"cannot read {path}: {err}") from err
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            raise CorruptLog(
+                f"{path}, line {number}: not JSON ({err.msg}); delete the line or "
+                "the log and tune again"
+            ) from err
+    return rows
+
+
+def read_manifest(folder: pathlib.Path) -> dict:
+    path = folder / MANIFEST_FILE
+    try:
+        data = json.loads(path.read_text())
+    except OSError as err:
+        raise CorruptLog(f"{path} is missing or unreadable: {err}") from err
+    except json.JSONDecodeError as err:
+        raise CorruptLog(f"{path}, line {err.lineno}: not JSON ({err.msg})") from err
+    if not isinstance(data, dict) or data.get("schema") != MANIFEST_SCHEMA:
+        raise CorruptLog(
+            f"{path}: manifest schema {data.get('schema') if isinstance(data, dict) else None!r},"
+            f" expected {MANIFEST_SCHEMA}"
+        )
+    return data
+
+
+def _record_lines(work_dir: pathlib.Path) -> list[str]:
+    path = work_dir / RECORDS_FILE
+    if not path.exists():
+        return []
+    lines = []
+    for row in read_json_lines(path):
+        if not (isinstance(row, list) and len(row) == 2 and isinstance(row[1], list)):
+            raise CorruptLog(f"{path}: a record is not [workload index, [trace, secs, ...]]")
+        row[0] = 0  # a log folder holds one workload
+        lines.append(json.dumps(row))
+    return lines
+
+
+def merge_into_log(folder: pathlib.Path, work_dir: pathlib.Path, manifest: dict) -> None:
+    """Add the records of a tuning work dir to the log ``folder`` (created if needed)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(folder / ".lock")):
+        workload_rows = read_json_lines(work_dir / WORKLOADS_FILE)
+        if len(workload_rows) != 1:
+            raise CorruptLog(
+                f"{work_dir / WORKLOADS_FILE}: expected one workload, found {len(workload_rows)}"
+            )
+        old = _record_lines(folder)
+        seen = set(old)
+        new = [line for line in _record_lines(work_dir) if line not in seen]
+        _atomic_write(folder / WORKLOADS_FILE, json.dumps(workload_rows[0]) + "\n")
+        _atomic_write(folder / RECORDS_FILE, "".join(line + "\n" for line in old + new))
+        previous = read_manifest(folder) if (folder / MANIFEST_FILE).exists() else {}
+        manifest = dict(manifest)
+        if previous:  # keep the best figures across tunes of the same workload
+            manifest["tunes"] = previous.get("tunes", 1) + 1
+            if previous.get("best_seconds", float("inf")) < manifest["best_seconds"]:
+                for key in ("best_seconds", "best_gflops", "parity", "binding"):
+                    manifest[key] = previous[key]
+        manifest["records"] = len(old) + len(new)
+        _atomic_write(folder / MANIFEST_FILE, json.dumps(manifest, indent=2, sort_keys=True))
+
+
+def make_manifest(
+    func,
+    target,
+    *,
+    threads: int,
+    policy: str,
+    stats: dict,
+    seconds: float,
+    gflops: float | None,
+    max_rel_error: float,
+    workload: Workload | None,
+) -> dict:
+    """Everything that decides whether a log may be replayed, and what it recorded."""
+    return {
+        "schema": MANIFEST_SCHEMA,
+        "package_version": version("tvm-ext"),
+        "tvm_version": _tvm.tvm.__version__,
+        "tvm_ffi_version": version("apache-tvm-ffi"),
+        "target": json.loads(_tvm.json_of_target(target)),
+        "target_key": target_key(target),
+        "cpu_model": cpu_model() if target.kind.name == "llvm" else None,
+        "threads": threads,
+        "workload_key": workload_key(func),
+        "workload": {"kernel": workload.name, "args": workload.args} if workload else None,
+        "structural_hash": structural_hash(func),
+        "policy": policy,
+        "trials": {k: stats.get(k) for k in ("generated", "dropped", "measured", "regrets")},
+        "best_seconds": seconds,
+        "best_gflops": gflops,
+        "parity": {"max_rel_error": max_rel_error, "ok": True},
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "tunes": 1,
+    }
+
+
+def find_logs(root) -> Iterable[pathlib.Path]:
+    """Every log folder (one holding a manifest) under ``root``."""
+    return sorted(p.parent for p in pathlib.Path(root).glob(f"*/*/{MANIFEST_FILE}"))
+
+
+def report(root, machine=None):
+    """One row per log under ``root``: best GFLOP/s, % of peak, binding arm, trials."""
+    import pandas as pd
+
+    rows = []
+    for folder in find_logs(root):
+        m = read_manifest(folder)
+        gflops = m.get("best_gflops")
+        dtype = (m.get("workload") or {}).get("args", {}).get("dtype", "float32")
+        peak = None
+        if machine is not None and gflops and m.get("target_key", "").startswith("llvm"):
+            peak = 100 * gflops * 1e9 / machine.peak(dtype)
+        trials = m.get("trials") or {}
+        rows.append(
+            {
+                "target": m.get("target_key"),
+                "workload": m.get("workload_key"),
+                "best GFLOP/s": gflops,
+                "% peak": peak,
+                "binding": m.get("binding"),
+                "measured": trials.get("measured"),
+                "dropped": trials.get("dropped"),
+                "records": m.get("records"),
+                "cpu": m.get("cpu_model"),
+                "date": (m.get("date") or "")[:10],
+            }
+        )
+    return pd.DataFrame(rows)
