@@ -52,6 +52,11 @@ class PersistentBuilder(ms.builder.PyBuilder):
         # Start every worker now: their TVM import overlaps the caller's own work.
         self._warming = [self.pool.submit(_warm) for _ in range(workers)]
 
+    def wait_ready(self) -> None:
+        """Block until every worker has started (imported TVM)."""
+        for future in self._warming:
+            future.result()
+
     def build(self, build_inputs):
         futures = [
             self.pool.submit(

@@ -1,0 +1,167 @@
+"""The parts of ``tune()``: the CPU design space, log routing, seeding, frozen-log I/O."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+
+from . import _tvm
+from .errors import ScheduleNotApplicable
+from .kernels import Workload
+
+log = logging.getLogger("tvm_ext.tune")
+
+
+def _space(ms, target):
+    """MetaSchedule's design space for ``target``.
+
+    For CPUs: the stock x86 rules less ``MultiLevelTilingWithIntrin``, whose VNNI/AVX-512
+    intrinsics are the one reason to import TVM's tensor-intrinsic modules (1-40 s) and whose
+    ``vpdpbusd`` call fails LLVM 22's verifier in TVM 0.27 anyway; int8 tensorization comes
+    from our own hand schedule instead. CUDA keeps the stock space.
+    """
+    if target.kind.name != "llvm":
+        return "post-order-apply"
+    sr = ms.schedule_rule
+    rules = [
+        sr.ApplyCustomRule(),
+        sr.InlineConstantScalars(),
+        sr.AutoInline(
+            into_producer=False,
+            into_consumer=True,
+            inline_const_tensor=True,
+            disallow_if_then_else=True,
+            require_injective=True,
+            require_ordered=True,
+            disallow_op=["tirx.exp"],
+        ),
+        sr.AddRFactor(max_jobs_per_core=16, max_innermost_factor=64),
+        sr.MultiLevelTiling(
+            structure="SSRSRS",
+            tile_binds=None,
+            max_innermost_factor=64,
+            vector_load_lens=None,
+            reuse_read=None,
+            reuse_write=sr.ReuseType(req="may", levels=[1, 2], scope="global"),
+        ),
+        sr.ParallelizeVectorizeUnroll(
+            max_jobs_per_core=16,
+            max_vectorize_extent=64,
+            unroll_max_steps=[0, 16, 64, 512],
+            unroll_explicit=True,
+        ),
+        sr.RandomComputeLocation(),
+    ]
+    return ms.space_generator.PostOrderApply(
+        sch_rules=rules, postprocs="llvm", mutator_probs="llvm"
+    )
+
+
+_LOG_HANDLERS: list[logging.Handler] = []
+
+
+def _route_logs(work_dir: str) -> logging.Logger:
+    """Send MetaSchedule's chatter to ``<work_dir>/logs/meta_schedule.log``; only its
+    warnings reach the terminal. Returns the task logger to hand to the tuning context."""
+    os.makedirs(os.path.join(work_dir, "logs"), exist_ok=True)
+    root = logging.getLogger("tvm.s_tir.meta_schedule")
+    for handler in _LOG_HANDLERS:  # a previous tune's handlers
+        root.removeHandler(handler)
+        handler.close()
+    to_file = logging.FileHandler(os.path.join(work_dir, "logs", "meta_schedule.log"))
+    to_file.setFormatter(logging.Formatter("%(asctime)s [%(levelname)s] %(message)s"))
+    to_console = logging.StreamHandler()
+    to_console.setLevel(logging.WARNING)
+    _LOG_HANDLERS[:] = [to_file, to_console]
+    for handler in _LOG_HANDLERS:
+        root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+    root.propagate = False
+    return logging.getLogger("tvm.s_tir.meta_schedule.tvm_ext_task")
+
+
+def _copy_log_into(folder, work_dir: str, func) -> float:
+    """Start from an existing log of this workload: its records seed the search; returns its
+    best time (the initial cut), or inf when there is no usable log."""
+    import pathlib
+    import shutil
+
+    from .logs import RECORDS_FILE, WORKLOADS_FILE, read_manifest, structural_hash
+
+    if not (folder / "manifest.json").exists():
+        return math.inf
+    manifest = read_manifest(folder)
+    if manifest.get("structural_hash") != structural_hash(func):
+        log.warning("ignoring %s: it was tuned for a different workload", folder)
+        return math.inf
+    for name in (WORKLOADS_FILE, RECORDS_FILE):
+        shutil.copyfile(folder / name, pathlib.Path(work_dir) / name)
+    return float(manifest.get("best_seconds") or math.inf)
+
+
+def _save_log(
+    folder,
+    work_dir,
+    func,
+    target,
+    cores,
+    policy,
+    stats,
+    workload,
+    result,
+    binding: str | None = None,
+) -> None:
+    import pathlib
+
+    from .logs import make_manifest, merge_into_log
+
+    flops = workload.flops if workload is not None else None
+    best = result.seconds if result is not None else stats.incumbent_s
+    manifest = make_manifest(
+        func,
+        target,
+        threads=cores,
+        policy=type(policy).__name__,
+        stats=stats.as_dict(),
+        seconds=best,
+        gflops=flops / best / 1e9 if flops and math.isfinite(best) else None,
+        max_rel_error=result.max_rel_error if result is not None else None,
+        workload=workload,
+    )
+    manifest["binding"] = binding
+    if result is None:
+        manifest["parity"] = {"max_rel_error": None, "ok": None}  # interrupted: replay checks
+    merge_into_log(folder, pathlib.Path(work_dir), manifest)
+
+
+def _hand_schedule(workload: Workload | None, target):
+    if workload is None:
+        return None
+    from tvm_ext import schedules
+
+    try:
+        return schedules.schedule(workload, target)
+    except ScheduleNotApplicable as why:
+        log.info("no hand schedule to seed the search: %s", why)
+        return None
+
+
+def _seed_database(ms, database, mod, sch, seconds: float, target) -> None:
+    """Store the hand schedule as a measured record: the search starts from it."""
+    workload = database.commit_workload(mod)
+    args = ms.arg_info.ArgInfo.from_prim_func(_tvm.main_func(mod))
+    database.commit_tuning_record(
+        ms.database.TuningRecord(sch.trace, workload, [seconds], target, args)
+    )
+
+
+def _best(ms, database, mod, target):
+    records = database.get_top_k(database.commit_workload(mod), 1)
+    if not records:
+        return None, math.inf
+    rec = records[0]
+    secs = [float(s) for s in rec.run_secs]
+    sch = _tvm.Schedule(_tvm.tvm.ir.load_json(_tvm.tvm.ir.save_json(mod)))
+    rec.trace.apply_to_schedule(sch, remove_postproc=False)
+    return sch, float(sum(secs) / len(secs))
