@@ -95,10 +95,12 @@ def run(quick: bool) -> pd.DataFrame:
         peers = {"numpy": numpy_peer(w), "torch": torch_peer(w)}
         times = {"ours": [], **{k: [] for k, v in peers.items() if v is not None}}
         for _ in range(3):  # interleaved rounds: a noisy neighbour hits every contender alike
+            # OpenMP/OpenBLAS workers spin for a while after each call: let them park first.
+            time.sleep(0.5)
             times["ours"].append(measure(sch, w, target, repeat=5).seconds)
             for name, fn in peers.items():
                 if fn is not None:
-                    time.sleep(0.2)  # let the previous library's spinning threads park
+                    time.sleep(0.5)
                     with threadpool_limits(cores):
                         times[name].append(time_callable(fn))
         med = {k: statistics.median(v) for k, v in times.items()}
