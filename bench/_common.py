@@ -4,25 +4,15 @@ from __future__ import annotations
 
 import datetime
 import pathlib
-import platform
 import re
 import statistics
 import time
 
 import pandas as pd
 
+from tvm_ext.logs import cpu_model as cpu_name  # every figure names the CPU it ran on
+
 README = pathlib.Path(__file__).with_name("README.md")
-
-
-def cpu_name() -> str:
-    """The CPU model as the kernel reports it (every figure names the machine it ran on)."""
-    try:
-        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def time_callable(fn, min_seconds: float = 0.05, repeat: int = 7) -> float:

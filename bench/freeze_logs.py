@@ -12,15 +12,22 @@ from __future__ import annotations
 import argparse
 import pathlib
 
-from tvm_ext import host_target, kernels as K
+from tvm_ext import host_target
+from tvm_ext import kernels as K
 from tvm_ext.tune import tune
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "tuning_logs"
 WORKLOADS = [
-    K.matmul(256, 256, 32), K.matmul(512, 512, 512), K.matmul(1024, 1024, 1024),
-    K.matmul(64, 4096, 512), K.matmul(2048, 64, 64), K.matmul(1024, 1024, 1024, "bfloat16"),
-    K.matmul(2048, 2048, 2048, "bfloat16"), K.conv2d(1, 64, 56, 56, 64, 3, 3, 1, 1),
-    K.softmax(4096, 1024), K.layernorm(4096, 1024),
+    K.matmul(256, 256, 32),
+    K.matmul(512, 512, 512),
+    K.matmul(1024, 1024, 1024),
+    K.matmul(64, 4096, 512),
+    K.matmul(2048, 64, 64),
+    K.matmul(1024, 1024, 1024, "bfloat16"),
+    K.matmul(2048, 2048, 2048, "bfloat16"),
+    K.conv2d(1, 64, 56, 56, 64, 3, 3, 1, 1),
+    K.softmax(4096, 1024),
+    K.layernorm(4096, 1024),
 ]
 
 
@@ -32,8 +39,11 @@ def main() -> None:
     for w in WORKLOADS:
         r = tune(w.func, target, trials=args.trials, seed=0, log_dir=ROOT, progress=False)
         m = r.measurement
-        print(f"{w.key:45s} {m.gflops:8.1f} GFLOP/s  {r.source:13s} dropped "
-              f"{r.stats['dropped']:3d}  -> {r.log_folder}", flush=True)
+        print(
+            f"{w.key:45s} {m.gflops:8.1f} GFLOP/s  {r.source:13s} dropped "
+            f"{r.stats['dropped']:3d}  -> {r.log_folder}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -14,10 +14,12 @@ import time
 
 import numpy as np
 import pandas as pd
+from _common import time_callable, write_section
 from threadpoolctl import threadpool_limits
 
-from _common import time_callable, write_section
-from tvm_ext import host_machine, host_target, kernels as K, measure, schedules as S
+from tvm_ext import host_machine, host_target, measure
+from tvm_ext import kernels as K
+from tvm_ext import schedules as S
 from tvm_ext._tvm import physical_cores
 
 WORKLOADS = [

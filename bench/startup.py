@@ -34,8 +34,13 @@ def main() -> None:
     args = parser.parse_args()
     rows = []
     for _ in range(args.samples):
-        out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True,
-                             check=True).stdout.strip().splitlines()[-1]
+        out = (
+            subprocess.run(
+                [sys.executable, "-c", CHILD], capture_output=True, text=True, check=True
+            )
+            .stdout.strip()
+            .splitlines()[-1]
+        )
         rows.append(json.loads(out))
         print(rows[-1], flush=True)
     for key in ("import_s", "hand_s", "first_batch_s"):

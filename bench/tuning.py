@@ -51,8 +51,9 @@ def _records(work_dir):
 
 def _bounds(work_dir, w, target):
     """Our roofline lower bound of every record of a database, in order."""
-    from tvm_ext import _tvm
     from tvm_ext.cost import RooflinePolicy, evaluate
+
+    from tvm_ext import _tvm
 
     ms = _tvm.meta_schedule()
     db = ms.database.JSONDatabase(work_dir=work_dir)

@@ -20,8 +20,8 @@ import numpy as np
 
 from tvm_ext import _tvm
 
-from .policy import Cost, validated_coefficients, validated_cost, hard_constraints
 from .features import features
+from .policy import Cost, hard_constraints, validated_coefficients, validated_cost
 
 log = logging.getLogger(__name__)
 ms = _tvm.meta_schedule()

@@ -32,8 +32,18 @@ from .intrin_cuda import register_cuda_intrinsics
 from .intrin_x86 import VNNI_DOT_16x4, register_x86_intrinsics
 from .sweep import tile_sweep
 
-__all__ = ["RULES", "KERNELS", "VNNI_DOT_16x4", "available", "default_config", "find_rule",
-           "register_cuda_intrinsics", "register_x86_intrinsics", "schedule", "tile_sweep"]
+__all__ = [
+    "RULES",
+    "KERNELS",
+    "VNNI_DOT_16x4",
+    "available",
+    "default_config",
+    "find_rule",
+    "register_cuda_intrinsics",
+    "register_x86_intrinsics",
+    "schedule",
+    "tile_sweep",
+]
 
 # (target kind, rule module); the first rule that applies to a workload is used.
 RULES: list[tuple[str, ModuleType]] = [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from tvm_ext import _tvm
 from tvm_ext.errors import ScheduleNotApplicable
 from tvm_ext.target import lanes_for, vector_bits  # noqa: F401  (re-exported for the rules)
 
@@ -34,3 +35,11 @@ def is_cuda(target) -> bool:
 
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def find_block(sch, name: str):
+    """The block called ``name``, or None (``pad_einsum`` pads only the buffers that need it)."""
+    try:
+        return sch.get_sblock(name)
+    except _tvm.ScheduleError:
+        return None

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from tvm_ext import _tvm
 from tvm_ext.kernels import Workload, np_dtype
 
-from ._base import ceil_div, check, check_config, is_cpu, lanes_for
+from ._base import ceil_div, check, check_config, find_block, is_cpu, lanes_for
 
 
 @dataclass(frozen=True)
@@ -81,14 +81,6 @@ def default_config(workload: Workload, target) -> MatmulCPUConfig:
     )
 
 
-def _block(sch, name):
-    """The block called ``name``, or None (pad_einsum only pads the buffers that need it)."""
-    try:
-        return sch.get_sblock(name)
-    except _tvm.ScheduleError:
-        return None
-
-
 def _panel_map(nr: int, transposed: bool):
     """Index map from B's layout ((K, N), or (N, K) when transposed) to panels (N/nr, K, nr)."""
     if transposed:
@@ -113,9 +105,9 @@ def schedule(workload: Workload, target, config: MatmulCPUConfig) -> "_tvm.Sched
         sch.pad_einsum(
             C, ([1] if batched else []) + [ceil_div(M, mr) * mr, ceil_div(N, nr) * nr, K]
         )
-        if _block(sch, "A_pad") is not None:
+        if find_block(sch, "A_pad") is not None:
             sch.compute_inline(sch.get_sblock("A_pad"))
-    b_pad = _block(sch, "B_pad")
+    b_pad = find_block(sch, "B_pad")
     if b_pad is not None and config.pack == "none":
         sch.compute_inline(b_pad)
     *outer, i, j, k = sch.get_loops(C)
@@ -133,7 +125,7 @@ def schedule(workload: Workload, target, config: MatmulCPUConfig) -> "_tvm.Sched
             sch.vectorize(sch.get_loops(pack)[-1])
     acc = sch.cache_write(C, 0, "local")
     sch.reverse_compute_at(acc, i0)
-    crop = _block(sch, "C_pad")
+    crop = find_block(sch, "C_pad")
     if crop is not None:
         sch.reverse_compute_inline(crop)  # the write-back stores straight into C, predicated
     else:

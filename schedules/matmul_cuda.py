@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from tvm_ext import _tvm
 from tvm_ext.kernels import Workload
 
-from ._base import ceil_div, check, check_config, is_cuda
+from ._base import ceil_div, check, check_config, find_block, is_cuda
 
 KERNELS = ("matmul", "batch_matmul")
 
@@ -69,13 +69,6 @@ def default_config(workload: Workload, target) -> MatmulCUDAConfig:
     return MatmulCUDAConfig(bm=32, bn=32, tm=2, tn=2, vec=2) if small else MatmulCUDAConfig()
 
 
-def _block(sch, name):
-    try:
-        return sch.get_sblock(name)
-    except _tvm.ScheduleError:
-        return None
-
-
 def _cooperative_copy(sch, block, threads_y: int, threads_x: int, vec: int) -> None:
     """Spread a shared-memory copy over every thread of the block, ``vec`` elements each."""
     fused = sch.fuse(*sch.get_loops(block)[-2:])
@@ -101,7 +94,7 @@ def schedule(workload: Workload, target, config: MatmulCUDAConfig) -> "_tvm.Sche
             + [ceil_div(M, c.bm) * c.bm, ceil_div(N, c.bn) * c.bn, ceil_div(K, c.bk) * c.bk],
         )
         for name in ("A_pad", "B_pad"):
-            if _block(sch, name) is not None:
+            if find_block(sch, name) is not None:
                 sch.compute_inline(sch.get_sblock(name))
     *outer, i, j, k = sch.get_loops(C)
     i0, i1, i2 = sch.split(i, [None, c.bm // c.tm, c.tm])
@@ -116,7 +109,7 @@ def schedule(workload: Workload, target, config: MatmulCUDAConfig) -> "_tvm.Sche
     sch.bind(j1, "threadIdx.x")
     acc = sch.cache_write(C, 0, "local")
     sch.reverse_compute_at(acc, j1)
-    crop = _block(sch, "C_pad")
+    crop = find_block(sch, "C_pad")
     if crop is not None:
         sch.reverse_compute_inline(crop)
     for index in (0, 1):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from tvm_ext import _tvm
 from tvm_ext.kernels import Workload
 
-from ._base import ceil_div, check, check_config, is_cpu
+from ._base import ceil_div, check, check_config, find_block, is_cpu
 from .intrin_x86 import VNNI_DOT_16x4, register_x86_intrinsics
 
 KERNELS = ("matmul",)
@@ -50,13 +50,6 @@ def default_config(workload: Workload, target) -> MatmulVNNIConfig:
     return MatmulVNNIConfig()
 
 
-def _block(sch, name):
-    try:
-        return sch.get_sblock(name)
-    except _tvm.ScheduleError:
-        return None
-
-
 def schedule(workload: Workload, target, config: MatmulVNNIConfig) -> "_tvm.Schedule":
     check(is_cpu(target) and has_vnni(target), "matmul_vnni: the target CPU lacks AVX512-VNNI")
     check(applies(workload), f"matmul_vnni: {workload.key} is not a uint8 x int8 (K, N) matmul")
@@ -68,7 +61,7 @@ def schedule(workload: Workload, target, config: MatmulVNNIConfig) -> "_tvm.Sche
     C = sch.get_sblock("C")
     if M % mr or N % nr or K % 4:
         sch.pad_einsum(C, [ceil_div(M, mr) * mr, ceil_div(N, nr) * nr, ceil_div(K, 4) * 4])
-        a_pad = _block(sch, "A_pad")
+        a_pad = find_block(sch, "A_pad")
         if a_pad is not None:  # kept as a padded copy: an inlined guard would not tensorize
             sch.parallel(sch.get_loops(a_pad)[0])
     i, j, k = sch.get_loops(C)
@@ -76,12 +69,12 @@ def schedule(workload: Workload, target, config: MatmulVNNIConfig) -> "_tvm.Sche
     j0, j1, j2 = sch.split(j, [None, config.nv, 16])
     k0, k1 = sch.split(k, [None, 4])
     sch.reorder(j0, i0, k0, i1, j1, j2, k1)
-    pack = _block(sch, "B_pad") or sch.cache_read(C, 1, "global")
+    pack = find_block(sch, "B_pad") or sch.cache_read(C, 1, "global")
     sch.transform_layout(pack, ("write", 0), lambda kk, jj: (jj // 16, kk // 4, jj % 16, kk % 4))
     sch.parallel(sch.get_loops(pack)[0])
     acc = sch.cache_write(C, 0, "local")
     sch.reverse_compute_at(acc, i0)
-    crop = _block(sch, "C_pad")
+    crop = find_block(sch, "C_pad")
     if crop is not None:
         sch.reverse_compute_inline(crop)
     else:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from tvm_ext import _tvm
 from tvm_ext.kernels import Workload
 
-from ._base import ceil_div, check, check_config, is_cuda
+from ._base import ceil_div, check, check_config, find_block, is_cuda
 from .intrin_cuda import FILL, LOAD_A, LOAD_B, STORE, SYNC, register_cuda_intrinsics
 
 KERNELS = ("matmul",)
@@ -104,17 +104,14 @@ def schedule(workload: Workload, target, config: MatmulWMMAConfig) -> "_tvm.Sche
         sch.compute_at(fragment, k1)
         sch.tensorize(_split_fragments(sch, fragment), intrin)
     for name in ("A_pad", "B_pad"):  # zero padding happens while staging into shared memory
-        try:
+        if find_block(sch, name) is not None:
             sch.compute_inline(sch.get_sblock(name))
-        except _tvm.ScheduleError:
-            pass
     init = sch.decompose_reduction(C, k0)
     sch.tensorize(sch.get_loops(init)[-2], FILL)
     sch.tensorize(i3, SYNC)
     sch.tensorize(_split_fragments(sch, acc), STORE)
-    try:  # padded: fragments land in the padded C, a second small kernel crops them into C
-        crop = sch.get_sblock("C_pad")
-    except _tvm.ScheduleError:
+    crop = find_block(sch, "C_pad")  # padded: a second small kernel crops C_pad into C
+    if crop is None:
         return sch
     bx, tx = sch.split(sch.fuse(*sch.get_loops(crop)), [None, 256])
     sch.bind(bx, "blockIdx.x")

@@ -4,8 +4,6 @@ import math
 from types import MappingProxyType
 
 import pytest
-
-from tvm_ext import kernels as K, measure, schedules as S
 from tvm_ext.cost import (
     Cost,
     ExecutionCostPolicy,
@@ -14,8 +12,12 @@ from tvm_ext.cost import (
     features,
     hard_constraints,
 )
-from tvm_ext.errors import PolicyError
 from tvm_ext.schedules.lecture import lecture_cpu_matmul
+
+from tvm_ext import kernels as K
+from tvm_ext import measure
+from tvm_ext import schedules as S
+from tvm_ext.errors import PolicyError
 
 
 def test_features_closed_forms(host):
@@ -150,8 +152,9 @@ def test_user_can_override_one_hook(host, machine):
 
 
 def test_hard_constraints_are_not_waived_by_scores():
-    from tvm_ext import cuda_target
     from tvm_ext.cost.features import CandidateFeatures
+
+    from tvm_ext import cuda_target
 
     t = cuda_target()
     f = CandidateFeatures(

@@ -1,7 +1,8 @@
 import numpy as np
 import pytest
 
-from tvm_ext import _tvm, kernels as K
+from tvm_ext import _tvm
+from tvm_ext import kernels as K
 from tvm_ext.measure import check_parity, run
 
 CASES = [

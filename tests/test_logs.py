@@ -6,13 +6,14 @@ import shutil
 import pytest
 import tvm_ffi
 
-from tvm_ext import _tvm, kernels as K
+from tvm_ext import _tvm
+from tvm_ext import kernels as K
 from tvm_ext.errors import (
     CorruptLog,
+    LogVersionWarning,
     NoLogFound,
     TargetMismatch,
     WorkloadMismatch,
-    LogVersionWarning,
 )
 from tvm_ext.logs import find_logs, log_folder, read_manifest, report
 from tvm_ext.replay import replay

@@ -3,12 +3,13 @@ import dataclasses
 import numpy as np
 import pytest
 from tvm import te
+from tvm_ext.schedules.lecture import LectureConfig, lecture_cpu_matmul
 
 import tvm_ext
-from tvm_ext import _tvm, kernels as K
+from tvm_ext import _tvm
+from tvm_ext import kernels as K
 from tvm_ext.errors import ParityError, ThreadConfigError
 from tvm_ext.measure import check_parity
-from tvm_ext.schedules.lecture import LectureConfig, lecture_cpu_matmul
 
 
 def _wrong_matmul(M, N, Kd):

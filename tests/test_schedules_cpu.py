@@ -2,7 +2,9 @@
 
 import pytest
 
-from tvm_ext import _tvm, kernels as K, schedules as S
+from tvm_ext import _tvm
+from tvm_ext import kernels as K
+from tvm_ext import schedules as S
 from tvm_ext.errors import ScheduleNotApplicable
 from tvm_ext.measure import verify
 

@@ -7,7 +7,9 @@ import subprocess
 
 import pytest
 
-from tvm_ext import _tvm, cuda_target, kernels as K, schedules as S
+from tvm_ext import _tvm, cuda_target
+from tvm_ext import kernels as K
+from tvm_ext import schedules as S
 from tvm_ext.measure import verify
 
 TARGET = cuda_target("sm_90")

@@ -4,12 +4,12 @@ import warnings
 import numpy as np
 import pytest
 import tvm
+from conftest import cpu_has
 
 import tvm_ext
-from tvm_ext import _tvm, target as tgt
+from tvm_ext import _tvm
+from tvm_ext import target as tgt
 from tvm_ext.kernels import axpy
-
-from conftest import cpu_has
 
 
 def test_host_target_names_the_real_cpu_and_cores(host):

@@ -1,12 +1,13 @@
 """x86 tensorize intrinsics: VNNI int8 (skipped on CPUs without AVX512-VNNI)."""
 
 import pytest
-
-from tvm_ext import _tvm, kernels as K, schedules as S
-from tvm_ext.measure import verify
+from conftest import cpu_has
 from tvm_ext.schedules import matmul_vnni
 
-from conftest import cpu_has
+from tvm_ext import _tvm
+from tvm_ext import kernels as K
+from tvm_ext import schedules as S
+from tvm_ext.measure import verify
 
 
 @pytest.fixture(scope="module")

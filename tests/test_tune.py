@@ -1,11 +1,14 @@
 """The pruning search (with a scripted inner search) and tune() on a tiny workload."""
 
 import math
-import pytest
 
-from tvm_ext import _tvm, kernels as K, schedules as S
+import pytest
 from tvm_ext.cost import RooflinePolicy, evaluate
 from tvm_ext.cost.metaschedule import PolicyCostModel, PruneStats, PruningSearch
+
+from tvm_ext import _tvm
+from tvm_ext import kernels as K
+from tvm_ext import schedules as S
 
 ms = _tvm.meta_schedule()
 

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from . import _tvm  # noqa: F401  (raises TVM's thread-pool ceiling before anything runs)
-from . import errors, kernels  # noqa: E402
+from . import (  # noqa: E402
+    _tvm,  # noqa: F401  (raises TVM's thread-pool ceiling before anything runs)
+    errors,
+    kernels,
+)
 from .errors import ParityError, ScheduleNotApplicable, TvmExtError  # noqa: E402
 from .machine import MachineModel, host_machine  # noqa: E402
 from .measure import Measurement, measure  # noqa: E402

@@ -22,10 +22,10 @@ import psutil
 os.environ.setdefault("TVM_NUM_THREADS", str(os.cpu_count() or 1))
 
 import tvm  # noqa: E402  (must follow the environment set-up above)
-import tvm_ffi  # noqa: E402,F401
-from tvm import te  # noqa: E402,F401
 import tvm.s_tir  # noqa: E402,F401
 import tvm.tirx  # noqa: E402,F401
+import tvm_ffi  # noqa: E402,F401
+from tvm import te  # noqa: E402,F401
 
 from .errors import ThreadConfigError  # noqa: E402
 

@@ -20,8 +20,7 @@ def _info(args) -> int:
     model = host_machine(target, reprobe=args.reprobe)
     print(f"tvm-ext {__version__}, TVM {tvm.__version__}")
     print(
-        "target: "
-        + json.dumps({k: str(target.attrs[k]) for k in ("mcpu", "mtriple", "num-cores")})
+        "target: " + json.dumps({k: str(target.attrs[k]) for k in ("mcpu", "mtriple", "num-cores")})
     )
     print(f"machine model ({model.cpu}, {model.cores} cores; cached in {cache_path(target)}):")
     rows = [

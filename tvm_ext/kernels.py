@@ -18,8 +18,8 @@ import ml_dtypes
 import numpy as np
 
 from . import _tvm
-from ._tvm import te
 from ._kernels_script import axpy_func
+from ._tvm import te
 
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")
 # "uint8" is x86's VNNI operand convention: A uint8, B int8, int32 accumulation.

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from . import _tvm
-from .errors import CorruptLog, NoLogFound, TargetMismatch, WorkloadMismatch, LogVersionWarning
+from .errors import CorruptLog, LogVersionWarning, NoLogFound, TargetMismatch, WorkloadMismatch
 from .kernels import SUITE, Workload, from_func
 from .logs import (
     RECORDS_FILE,

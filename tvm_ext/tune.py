@@ -13,10 +13,17 @@ from types import MappingProxyType
 from typing import Mapping
 
 from . import _tvm
+from ._tuning import (
+    _best,
+    _copy_log_into,
+    _hand_schedule,
+    _route_logs,
+    _save_log,
+    _seed_database,
+    _space,
+)
 from .errors import ParityError, TvmExtError
 from .kernels import Workload, from_func
-from ._tuning import _best, _copy_log_into, _hand_schedule, _route_logs, _save_log
-from ._tuning import _seed_database, _space
 from .logs import log_folder
 from .machine import host_machine
 from .measure import Measurement, measure
