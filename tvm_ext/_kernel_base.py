@@ -1,0 +1,125 @@
+"""The kernel suite's common parts: the Workload record, dtypes, inputs and validation."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import ml_dtypes
+import numpy as np
+
+from . import _tvm
+from ._tvm import te
+
+FLOAT_DTYPES = ("float32", "float16", "bfloat16")
+# "uint8" is x86's VNNI operand convention: A uint8, B int8, int32 accumulation.
+MATMUL_DTYPES = FLOAT_DTYPES + ("int8", "uint8")
+ROW_DTYPES = ("float32", "float16")
+# Accumulation (and output) dtype per input dtype: fp32 accumulation for narrow floats (the
+# WMMA/AMX/AVX512-BF16 contract), int32 for int8 (the VNNI contract).
+ACC_DTYPE = {
+    "float32": "float32",
+    "float16": "float32",
+    "bfloat16": "float32",
+    "int8": "int32",
+    "uint8": "int32",
+}
+
+
+def _b_dtype(dtype: str) -> str:
+    return "int8" if dtype == "uint8" else dtype
+
+
+WORKLOAD_ATTR = "tvm_ext.workload"
+
+
+def np_dtype(dtype: str) -> np.dtype:
+    """The numpy dtype for a TVM dtype string (bfloat16 via ml_dtypes)."""
+    return np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
+
+
+@dataclass(frozen=True, eq=False)
+class Workload:
+    """One kernel at one shape: the PrimFunc, its cost in closed form and its reference.
+
+    ``inputs(seed)`` returns numpy arrays for every parameter of ``func`` in order (outputs
+    zero-filled); ``reference(arrays)`` returns the expected outputs (float64 or int64), one per
+    index in ``outputs``.
+    """
+
+    name: str
+    args: dict
+    func: "_tvm.PrimFunc"
+    flops: int
+    min_bytes: int
+    dtype: str
+    outputs: tuple[int, ...]
+    _make_inputs: Callable[[np.random.Generator], list[np.ndarray]] = field(repr=False)
+    _reference: Callable[[Sequence[np.ndarray]], list[np.ndarray]] = field(repr=False)
+
+    @property
+    def key(self) -> str:
+        """A stable, readable key: ``matmul_M512_N512_K512_float32``."""
+        parts = [self.name] + [f"{k}{v}" for k, v in self.args.items() if k != "dtype"]
+        return "_".join(parts + [self.dtype]).replace(".", "p")
+
+    def inputs(self, seed: int = 0) -> list[np.ndarray]:
+        """Numpy arrays for every parameter, drawn from ``seed``; outputs are zeros."""
+        return self._make_inputs(np.random.default_rng(seed))
+
+    def reference(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """The expected outputs for ``arrays`` (as returned by :meth:`inputs`), in float64/int64."""
+        return self._reference(arrays)
+
+
+def _check_dims(**dims) -> None:
+    for name, value in dims.items():
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"{name}={value!r} must be a positive int")
+
+
+def _check_dtype(dtype, choices: Sequence[str], kernel: str) -> None:
+    if dtype not in choices:
+        raise ValueError(
+            f"{kernel}: dtype={dtype!r} is not supported; choose one of {tuple(choices)}"
+        )
+
+
+def _random(rng: np.random.Generator, shape, dtype: str, low=-1.0, high=1.0) -> np.ndarray:
+    if dtype == "int8":
+        return rng.integers(-128, 128, size=shape, dtype=np.int8)
+    if dtype == "uint8":
+        return rng.integers(0, 256, size=shape, dtype=np.uint8)
+    return rng.uniform(low, high, size=shape).astype(np_dtype(dtype))
+
+
+def _wide(a: np.ndarray) -> np.ndarray:
+    return a.astype(np.int64) if np.issubdtype(a.dtype, np.integer) else a.astype(np.float64)
+
+
+def _nbytes(func) -> int:
+    return sum(int(np.prod(s)) * np_dtype(d).itemsize for s, d in _tvm.param_specs(func))
+
+
+def _make(name, args, tensors, flops, dtype, make_inputs, reference, func=None) -> Workload:
+    func = te.create_prim_func(tensors) if func is None else func
+    func = func.with_attr(WORKLOAD_ATTR, json.dumps({"kernel": name, "args": args}))
+    specs = _tvm.param_specs(func)
+    n_out = 1
+
+    def inputs(rng):
+        arrays = make_inputs(rng)
+        return arrays + [np.zeros(s, np_dtype(d)) for s, d in specs[len(arrays) :]]
+
+    return Workload(
+        name,
+        dict(args),
+        func,
+        int(flops),
+        _nbytes(func),
+        dtype,
+        tuple(range(len(specs) - n_out, len(specs))),
+        inputs,
+        reference,
+    )

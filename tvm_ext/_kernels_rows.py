@@ -1,0 +1,150 @@
+"""The suite's row and element-wise kernels: softmax, layernorm, rmsnorm (TE) and axpy
+(TVMScript). FLOP conventions are in :mod:`tvm_ext.kernels`."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._kernel_base import (
+    ROW_DTYPES,
+    Workload,
+    _check_dims,
+    _check_dtype,
+    _make,
+    _random,
+    _wide,
+    np_dtype,
+)
+from ._kernels_script import axpy_func
+from ._tvm import te
+
+
+def softmax(M: int, N: int, dtype: str = "float32") -> Workload:
+    """Row softmax over the last axis of ``X[M, N]``, computed in fp32."""
+    _check_dims(M=M, N=N)
+    _check_dtype(dtype, ROW_DTYPES, "softmax")
+    X = te.placeholder((M, N), dtype, name="X")
+    k1, k2 = te.reduce_axis((0, N), "k1"), te.reduce_axis((0, N), "k2")
+    mx = te.compute((M,), lambda i: te.max(X[i, k1].astype("float32"), axis=k1), name="row_max")
+    ex = te.compute((M, N), lambda i, j: te.exp(X[i, j].astype("float32") - mx[i]), name="exp")
+    sm = te.compute((M,), lambda i: te.sum(ex[i, k2], axis=k2), name="row_sum")
+    Y = te.compute((M, N), lambda i, j: (ex[i, j] / sm[i]).astype(dtype), name="softmax")
+
+    def reference(a):
+        x = _wide(a[0])
+        e = np.exp(x - x.max(axis=-1, keepdims=True))
+        return [e / e.sum(axis=-1, keepdims=True)]
+
+    return _make(
+        "softmax",
+        {"M": M, "N": N, "dtype": dtype},
+        [X, Y],
+        5 * M * N,
+        dtype,
+        lambda rng: [_random(rng, (M, N), dtype, -4.0, 4.0)],
+        reference,
+    )
+
+
+def layernorm(M: int, N: int, dtype: str = "float32", eps: float = 1e-5) -> Workload:
+    """LayerNorm over the last axis of ``X[M, N]`` with ``gamma[N]``, ``beta[N]``, in fp32."""
+    _check_dims(M=M, N=N)
+    _check_dtype(dtype, ROW_DTYPES, "layernorm")
+    if not isinstance(eps, float) or not eps > 0:
+        raise ValueError(f"eps={eps!r} must be a positive float")
+    X = te.placeholder((M, N), dtype, name="X")
+    g, b = te.placeholder((N,), dtype, name="gamma"), te.placeholder((N,), dtype, name="beta")
+    k1, k2 = te.reduce_axis((0, N), "k1"), te.reduce_axis((0, N), "k2")
+    # TE allows a reduction only at the top of a stage: the two sums are stages of their own.
+    total = te.compute((M,), lambda i: te.sum(X[i, k1].astype("float32"), axis=k1), name="row_sum")
+    sq = te.compute(
+        (M,),
+        lambda i: te.sum(te.power(X[i, k2].astype("float32") - total[i] / N, 2), axis=k2),
+        name="row_sqdev",
+    )
+    Y = te.compute(
+        (M, N),
+        lambda i, j: (
+            (X[i, j].astype("float32") - total[i] / N)
+            * te.rsqrt(sq[i] / N + eps)
+            * g[j].astype("float32")
+            + b[j].astype("float32")
+        ).astype(dtype),
+        name="layernorm",
+    )
+
+    def reference(a):
+        x = _wide(a[0])
+        mu = x.mean(axis=-1, keepdims=True)
+        var_ = ((x - mu) ** 2).mean(axis=-1, keepdims=True)
+        return [(x - mu) / np.sqrt(var_ + eps) * _wide(a[1]) + _wide(a[2])]
+
+    return _make(
+        "layernorm",
+        {"M": M, "N": N, "eps": eps, "dtype": dtype},
+        [X, g, b, Y],
+        8 * M * N,
+        dtype,
+        lambda rng: [
+            _random(rng, (M, N), dtype),
+            _random(rng, (N,), dtype),
+            _random(rng, (N,), dtype),
+        ],
+        reference,
+    )
+
+
+def rmsnorm(M: int, N: int, dtype: str = "float32", eps: float = 1e-6) -> Workload:
+    """RMSNorm over the last axis of ``X[M, N]`` with ``weight[N]``, in fp32."""
+    _check_dims(M=M, N=N)
+    _check_dtype(dtype, ROW_DTYPES, "rmsnorm")
+    if not isinstance(eps, float) or not eps > 0:
+        raise ValueError(f"eps={eps!r} must be a positive float")
+    X = te.placeholder((M, N), dtype, name="X")
+    w = te.placeholder((N,), dtype, name="weight")
+    k = te.reduce_axis((0, N), "k")
+    ss = te.compute(
+        (M,),
+        lambda i: te.sum(X[i, k].astype("float32") * X[i, k].astype("float32"), axis=k),
+        name="sumsq",
+    )
+    Y = te.compute(
+        (M, N),
+        lambda i, j: (
+            X[i, j].astype("float32") * te.rsqrt(ss[i] / N + eps) * w[j].astype("float32")
+        ).astype(dtype),
+        name="rmsnorm",
+    )
+
+    def reference(a):
+        x = _wide(a[0])
+        return [x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps) * _wide(a[1])]
+
+    return _make(
+        "rmsnorm",
+        {"M": M, "N": N, "eps": eps, "dtype": dtype},
+        [X, w, Y],
+        4 * M * N,
+        dtype,
+        lambda rng: [_random(rng, (M, N), dtype), _random(rng, (N,), dtype)],
+        reference,
+    )
+
+
+def axpy(n: int, alpha: float = 2.0, dtype: str = "float32") -> Workload:
+    """``z = alpha * x + y`` over ``n`` elements (written in TVMScript, not TE)."""
+    _check_dims(n=n)
+    _check_dtype(dtype, ROW_DTYPES, "axpy")
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not np.isfinite(alpha):
+        raise ValueError(f"alpha={alpha!r} must be a finite number")
+    alpha = float(alpha)
+    return _make(
+        "axpy",
+        {"n": n, "alpha": alpha, "dtype": dtype},
+        None,
+        2 * n,
+        dtype,
+        lambda rng: [_random(rng, (n,), dtype), _random(rng, (n,), dtype)],
+        lambda a: [np.float64(np_dtype(dtype).type(alpha)) * _wide(a[0]) + _wide(a[1])],
+        func=axpy_func(n, alpha, dtype),
+    )
