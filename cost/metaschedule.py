@@ -111,7 +111,11 @@ def _mean_secs(result) -> float | None:
 
 @derived_object
 class PruningSearch(ms.search_strategy.PySearchStrategy):
-    """EvolutionarySearch with an admissible cut before build (see the module docstring)."""
+    """EvolutionarySearch with an admissible cut before build (see the module docstring).
+
+    With ``prune=False`` nothing is dropped, but every candidate is still priced and its
+    measurement recorded (the same search without the cut, for comparison).
+    """
 
     def __init__(
         self,
@@ -122,9 +126,11 @@ class PruningSearch(ms.search_strategy.PySearchStrategy):
         workload=None,
         stats: PruneStats | None = None,
         audit: bool = False,
+        prune: bool = True,
     ):
         super().__init__()
-        if not getattr(policy, "proves_bounds", False):
+        self.prune = prune
+        if prune and not getattr(policy, "proves_bounds", False):
             raise ValueError(
                 f"{type(policy).__name__} proves no lower bound: it may rank, not prune"
             )
@@ -155,7 +161,11 @@ class PruningSearch(ms.search_strategy.PySearchStrategy):
             s = self.stats
             keep, drop = [], []
             for cand, cost in priced:
-                cut = cost.lower_bound_s is not None and cost.lower_bound_s >= s.incumbent_s
+                cut = (
+                    self.prune
+                    and cost.lower_bound_s is not None
+                    and cost.lower_bound_s >= s.incumbent_s
+                )
                 (drop if (cut or not cost.feasible) else keep).append((cand, cost))
             s.generated += len(priced)
             s.infeasible += sum(1 for _, c in drop if not c.feasible)
@@ -221,4 +231,5 @@ class PruningSearch(ms.search_strategy.PySearchStrategy):
             self.workload,
             self.stats,
             self.audit,
+            self.prune,
         )

@@ -4,7 +4,8 @@ Every arm is a time no run of the candidate can beat, given the decisions it has
 bound is the largest arm, and the arm that sets it is reported as ``binding``:
 
 - ``compute``: each block's arithmetic (its distinct instances only: LLVM may hoist
-  recomputation a loop nest asks for) at the machine's peak rate per core and lane, on the
+  recomputation a loop nest asks for) at the machine's peak rate per core and lane for the
+  candidate's dtype (int8/bf16 at their dot-product peaks), on the
   cores its parallel loops can occupy (``P / ceil(P / cores)``) and the lanes it has or that
   LLVM could still give it (any spatial loop with at most 1024 inner iterations may be
   unrolled and vectorized: shared/bound-study.md), summed over blocks (they share the units);
@@ -49,6 +50,8 @@ class RooflinePolicy(ExecutionCostPolicy):
         "on_chip_bytes",
         "l2_bytes",
         "max_lanes",
+        "int8_speedup",
+        "bf16_speedup",
     )
 
     def __init__(self, slack: float = 1.25):
@@ -69,6 +72,8 @@ class RooflinePolicy(ExecutionCostPolicy):
                 "on_chip_bytes": 0.0,
                 "l2_bytes": 0.0,
                 "max_lanes": 1.0,
+                "int8_speedup": 1.0,
+                "bf16_speedup": 1.0,
             }
         lanes = float(limits.vector_lanes)
         s = self.slack
@@ -80,6 +85,10 @@ class RooflinePolicy(ExecutionCostPolicy):
             "on_chip_bytes": float(limits.llc_bytes),
             "l2_bytes": float(limits.l2_bytes),
             "max_lanes": lanes,
+            # Dot-product instructions (VNNI, AVX512-BF16, AMX) beat the fp32 FMA rate: a
+            # candidate of those dtypes is priced at its dtype's peak, whatever its code uses.
+            "int8_speedup": limits.peak("int8") / limits.peak("float32"),
+            "bf16_speedup": limits.peak("bfloat16") / limits.peak("float32"),
         }
 
     def arms(self, c: CandidateFeatures, k: Mapping[str, float]) -> dict[str, float]:
@@ -102,6 +111,11 @@ class RooflinePolicy(ExecutionCostPolicy):
         """Arithmetic time: per-block lanes and cores when every block was counted, else the
         whole candidate's FLOPs at full width on the cores of its least parallel block."""
         max_lanes = k["max_lanes"]
+        speedup = {
+            "int8": k["int8_speedup"],
+            "uint8": k["int8_speedup"],
+            "bfloat16": k["bf16_speedup"],
+        }.get(c.dtype, 1.0)
         counted = [b for b in c.blocks if b.unique_flops is not None]
         if c.blocks and len(counted) == len(c.blocks):
             total = 0.0
@@ -116,10 +130,10 @@ class RooflinePolicy(ExecutionCostPolicy):
                     )
                     lanes = min(asked, max_lanes)
                 total += b.unique_flops * k["lane_flop"] / (b.cores_used * lanes)
-            return total
+            return total / speedup
         opaque = [b.cores_used for b in c.blocks if b.unique_flops is None]
         cores = max(opaque) if opaque else float(c.cores)
-        return c.flops * k["lane_flop"] / (cores * max_lanes)
+        return c.flops * k["lane_flop"] / (cores * max_lanes * speedup)
 
     def _chain(self, c: CandidateFeatures, k: Mapping[str, float]) -> float | None:
         worst = None

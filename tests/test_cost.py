@@ -72,7 +72,9 @@ def test_cuda_features(host):
 
 def test_roofline_bound_holds_and_names_its_arm(host, machine):
     policy = RooflinePolicy()
-    for w in (K.matmul(128, 128, 128), K.softmax(64, 256), K.conv2d(1, 8, 14, 14, 8, 3, 3, 1, 1)):
+    cases = [K.matmul(128, 128, 128), K.softmax(64, 256), K.conv2d(1, 8, 14, 14, 8, 3, 3, 1, 1)]
+    cases.append(K.matmul(128, 128, 128, "uint8"))  # tensorized onto VNNI where the CPU has it
+    for w in cases:
         for obj in (w.func, S.schedule(w, host)):
             cost = evaluate(policy, obj, host, machine=machine)
             m = measure(obj, w, host, repeat=3)

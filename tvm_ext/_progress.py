@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import time
 
-from tqdm.auto import tqdm
+from tqdm import tqdm  # plain text: tqdm.auto wants ipywidgets inside notebooks
 
 from . import _tvm
 

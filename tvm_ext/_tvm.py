@@ -165,3 +165,17 @@ def set_runner_threads(n: int) -> None:
 def json_of_target(target) -> str:
     """A target as the JSON its constructor accepts back (``Target(json.loads(s))``)."""
     return str(target)
+
+
+@contextmanager
+def no_notebook_tables() -> Iterator[None]:
+    """Inside a notebook MetaSchedule displays its per-batch tables in the cell output,
+    bypassing logging; within this block it logs them (to the tune's log file) instead."""
+    name = "s_tir.meta_schedule.using_ipython"
+    original = tvm.get_global_func(name, allow_missing=True)
+    tvm_ffi.register_global_func(name, lambda: False, override=True)
+    try:
+        yield
+    finally:
+        if original is not None:
+            tvm_ffi.register_global_func(name, original, override=True)

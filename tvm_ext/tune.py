@@ -113,10 +113,17 @@ def tune(
     inner = ms.search_strategy.EvolutionarySearch(
         population_size=64, init_measured_ratio=0.2, init_min_unmeasured=16, genetic_num_iters=2
     )
-    strategy = (
-        PruningSearch(inner, policy, target, machine, workload, stats, audit)
-        if getattr(policy, "proves_bounds", False)
-        else inner
+    # Policies that prove no bound rank only: the wrapper then drops nothing, but still prices
+    # and records every candidate (the records feed the stats and the log).
+    strategy = PruningSearch(
+        inner,
+        policy,
+        target,
+        machine,
+        workload,
+        stats,
+        audit,
+        prune=bool(getattr(policy, "proves_bounds", False)),
     )
     logger = _route_logs(work_dir)
     context = ms.TuneContext(
@@ -146,19 +153,20 @@ def tune(
         hand is not None,
     )
     try:
-        ms.tune.tune_tasks(
-            tasks=[context],
-            task_weights=[1.0],
-            work_dir=work_dir,
-            max_trials_global=trials,
-            num_trials_per_iter=batch,
-            builder=builder,
-            runner=runner,
-            database=database,
-            cost_model=PolicyCostModel(policy, target, machine, workload),
-            measure_callbacks=list(callbacks) + [bar],
-            task_scheduler="round-robin",
-        )
+        with _tvm.no_notebook_tables():
+            ms.tune.tune_tasks(
+                tasks=[context],
+                task_weights=[1.0],
+                work_dir=work_dir,
+                max_trials_global=trials,
+                num_trials_per_iter=batch,
+                builder=builder,
+                runner=runner,
+                database=database,
+                cost_model=PolicyCostModel(policy, target, machine, workload),
+                measure_callbacks=list(callbacks) + [bar],
+                task_scheduler="round-robin",
+            )
     except KeyboardInterrupt:
         if folder is not None:  # keep every record measured so far; parity not yet checked
             _save_log(folder, work_dir, func, target, cores, policy, stats, workload, None)

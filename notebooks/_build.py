@@ -1,0 +1,256 @@
+"""Write the notebooks from their cell sources (kept here so diffs stay readable).
+
+    .venv/bin/python notebooks/_build.py            # write the .ipynb files (no outputs)
+    .venv/bin/python notebooks/_build.py --execute  # and run them in full mode, keeping outputs
+"""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+HERE = pathlib.Path(__file__).resolve().parent
+
+SETUP = '''import os, pathlib
+QUICK = os.environ.get("TVM_EXT_NOTEBOOK_QUICK") == "1"  # CI runs small shapes
+FIGURES = pathlib.Path("figures"); FIGURES.mkdir(exist_ok=True)
+import tvm_ext
+from tvm_ext import kernels, measure, schedules, host_target, cuda_target
+from tvm_ext.logs import cpu_model
+target = host_target()
+print(f"{cpu_model()} ({target.attrs['mcpu']}), {target.attrs['num-cores']} threads, quick={QUICK}")'''
+
+MINILAB = [
+    new_markdown_cell("""# Scheduling one kernel three ways
+
+**Goal.** Take one matmul and schedule it for the CPU, for a GPU, and onto a hardware dot
+instruction; for each, report the three numbers that matter — parity against numpy, GFLOP/s,
+and % of the machine's peak — with a note naming the roofline bound the schedule chases.
+(The lecture's mini-lab, on TVM 0.27 with `tvm_ext`.)"""),
+    new_code_cell(SETUP),
+    new_markdown_cell("""## The kernel
+`C[i, j] = sum_k A[i, k] * B[k, j]`, defined in TE; the workload carries its numpy reference
+and its FLOP count."""),
+    new_code_cell('''N = 128 if QUICK else 512
+w = kernels.matmul(N, N, N)
+print(w.key, f"{w.flops / 1e6:.0f} MFLOP, {w.min_bytes / 1e6:.2f} MB compulsory traffic")
+print(w.func.script()[:700])'''),
+    new_markdown_cell("""## The schedules
+- **baseline**: the nest as written;
+- **cpu**: the lecture's tile → cache_write local → vectorize → parallel, and the library's
+  register-blocked micro-kernel over packed B panels;
+- **gpu**: block/thread binding with *cooperative* shared-memory staging (every thread copies
+  one vector of each tile), register tiles and a double-buffered K loop;
+- **tensorized**: uint8 x int8 onto AVX512-VNNI `vpdpbusd` here (WMMA on a GPU)."""),
+    new_code_cell('''from tvm_ext.schedules.lecture import lecture_cpu_matmul
+gpu = cuda_target("sm_90")
+w8 = kernels.matmul(N, N, N, "uint8")
+from tvm_ext.schedules import matmul_vnni
+rows = {
+    "baseline (naive)": (w, w.func, target),
+    "cpu (lecture)": (w, lecture_cpu_matmul(w), target),
+    "cpu (library)": (w, schedules.schedule(w, target), target),
+    "gpu (shared + registers)": (w, schedules.schedule(w, gpu), gpu),
+}
+if matmul_vnni.applies(w8, target):
+    rows["tensorized (VNNI u8s8)"] = (w8, schedules.schedule(w8, target), target)
+src = tvm_ext._tvm.build(rows["gpu (shared + registers)"][1].mod, gpu).imports[0].inspect_source()
+body = src[src.index('extern "C" __global__'):]
+for line in body.splitlines():
+    if "__shared__" in line or "__syncthreads" in line or "__global__" in line:
+        print(line.strip()[:110])'''),
+    new_markdown_cell("""## Correctness, then speed
+Every row is checked against the numpy reference before it is timed; a GPU schedule is timed
+only where a GPU is present."""),
+    new_code_cell('''import pandas as pd
+from tvm_ext.cost import RooflinePolicy, evaluate
+have_gpu = tvm_ext._tvm.tvm.cuda(0).exist
+records = []
+for name, (wl, obj, tgt) in rows.items():
+    if tgt.kind.name == "cuda" and not have_gpu:
+        records.append({"schedule": name, "parity": "not run (no GPU)", "GFLOP/s": None,
+                        "% peak": None, "bound": "n/a"})
+        continue
+    m = measure(obj, wl, tgt, repeat=5)
+    cost = evaluate(RooflinePolicy(), obj, tgt, workload=wl)
+    records.append({"schedule": name, "parity": f"ok ({m.max_rel_error:.1e})",
+                    "GFLOP/s": round(m.gflops, 1), "% peak": round(100 * m.peak_fraction, 1),
+                    "bound": cost.binding, "bound s": cost.lower_bound_s, "measured s": m.seconds})
+table = pd.DataFrame(records)
+table'''),
+    new_markdown_cell("""## What each row chases
+The note is computed from the roofline policy's binding arm and how close the run came to it."""),
+    new_code_cell('''def note(r):
+    if r["bound"] == "n/a":
+        return "the fp32 CUDA-core roof; its numbers need a GPU."
+    gap = r["measured s"] / r["bound s"]
+    what = {"compute": "the vector FMA (or dot-product) roof at the lanes and cores it uses",
+            "dependency": "the FMA latency of its serial reduction chains",
+            "memory.llc": "last-level-cache bandwidth", "memory.dram": "DRAM bandwidth"}[r["bound"]]
+    return f"bound by {what}; {gap:.1f}x above that bound."
+for _, r in table.iterrows():
+    print(f"{r['schedule']:26s} {note(r)}")'''),
+    new_markdown_cell("""## The cache cliff
+GFLOP/s of the lecture schedule against its output tile: the local accumulator is
+`tile x tile` floats; past the L1 data cache it spills, and speed falls off."""),
+    new_code_cell('''import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+sizes = (8, 16, 32) if QUICK else (4, 8, 16, 32, 64, 128, 256)
+sweep = schedules.tile_sweep(w, target, sizes=sizes, repeat=3)
+cliff = sweep.loc[sweep["gflops"].diff().idxmin()] if len(sweep) > 1 else sweep.iloc[0]
+fig, ax = plt.subplots(figsize=(6, 3.5))
+ax.plot(sweep["tile"], sweep["gflops"], "o-")
+ax.axvline(cliff["tile"], color="red", ls="--", label=f"cliff: tile {int(cliff['tile'])} "
+           f"({int(cliff['acc_bytes']) // 1024} KiB accumulator)")
+ax.set_xscale("log", base=2); ax.set_xlabel("tile"); ax.set_ylabel("GFLOP/s"); ax.legend()
+ax.set_title(f"lecture schedule, matmul {N}^3, {target.attrs['mcpu']}")
+fig.tight_layout(); fig.savefig(FIGURES / "tile_sweep.png", dpi=120)
+sweep'''),
+]
+
+REPLAY = [
+    new_markdown_cell("""# Replaying a frozen tuning log
+
+**Goal.** Use a tuned schedule later without searching again, and trust it: the log's
+provenance is checked, parity is re-checked, and the time is measured afresh beside the
+recorded one. A tampered log is refused with an error that says what differs."""),
+    new_code_cell(SETUP),
+    new_markdown_cell("## The shipped logs"),
+    new_code_cell('''import pathlib
+from tvm_ext.logs import report, find_logs
+from tvm_ext.machine import host_machine
+ROOT = pathlib.Path(tvm_ext.__file__).resolve().parent.parent / "tuning_logs"  # the repo's logs
+report(ROOT, host_machine())'''),
+    new_markdown_cell("""## Replay one: no search, parity, a fresh time
+On another CPU than the one that froze the log, replay needs `allow_other_target=True`."""),
+    new_code_cell('''import warnings
+from tvm_ext.replay import replay
+name = "matmul_M256_N256_K32_float32" if QUICK else "matmul_M512_N512_K512_float32"
+folder = next(p for p in find_logs(ROOT) if p.name == name)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    r = replay(folder, allow_other_target=True, repeat=5)
+for wmsg in caught:
+    print("warning:", wmsg.message)
+print(f"parity ok (max rel error {r.measurement.max_rel_error:.1e})")
+import pandas as pd
+pd.DataFrame([{"": "recorded", "GFLOP/s": r.recorded["best_gflops"], "when": r.recorded["date"],
+               "cpu": r.recorded["cpu_model"]},
+              {"": "replayed", "GFLOP/s": r.measurement.gflops, "when": "now", "cpu": cpu_model()}])'''),
+    new_markdown_cell("## A tampered copy is refused, saying why"),
+    new_code_cell('''import json, shutil, tempfile
+from tvm_ext.errors import LogError
+tmp = pathlib.Path(tempfile.mkdtemp()) / folder.name
+shutil.copytree(folder, tmp)
+manifest = json.loads((tmp / "manifest.json").read_text())
+manifest["structural_hash"] = "0" * 16  # as if the kernel had changed since it was tuned
+(tmp / "manifest.json").write_text(json.dumps(manifest))
+try:
+    replay(tmp, allow_other_target=True)
+except LogError as err:
+    print(type(err).__name__, "->", err)
+lines = (tmp / "database_tuning_record.json").read_text().splitlines()
+(tmp / "database_tuning_record.json").write_text("\\n".join(lines + [lines[0][:40]]))
+manifest["structural_hash"] = json.loads((folder / "manifest.json").read_text())["structural_hash"]
+(tmp / "manifest.json").write_text(json.dumps(manifest))
+try:
+    replay(tmp, allow_other_target=True)
+except LogError as err:
+    print(type(err).__name__, "->", err)'''),
+]
+
+POLICIES = [
+    new_markdown_cell("""# Cost policies: a proven bound, what it explains, what it prunes
+
+**Goal.** See the roofline policy at work on one tuning run: every measured candidate against
+its proven lower bound (coloured by the arm that sets it), and the best-so-far curve of the
+search with the admissible cut against the same search without it."""),
+    new_code_cell(SETUP),
+    new_markdown_cell("""## The kernel and one audited tuning run
+Audit mode measures even the candidates the cut drops, so every point below was measured."""),
+    new_code_cell('''from tvm_ext.tune import tune
+from tvm_ext.cost import RooflinePolicy
+w = kernels.matmul(128, 128, 128) if QUICK else kernels.matmul(256, 256, 256)
+trials = 16 if QUICK else 64
+audited = tune(w.func, target, trials=trials, batch=16, seed=0, audit=True, progress=False)
+recs = audited.stats["records"]  # (lower bound s, measured s, binding arm, dropped)
+print(f"{w.key}: {len(recs)} candidates measured, {audited.stats['dropped']} dropped by the cut, "
+      f"{audited.stats['regrets']} regrets, {audited.stats['violations']} bound violations")'''),
+    new_markdown_cell("""## The roofline chart
+Each point is one candidate: its proven lower bound against its measured time. Every point
+must lie above the diagonal (a point below it would be a bound violation)."""),
+    new_code_cell('''import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+colors = {"compute": "tab:blue", "dependency": "tab:red", "memory.llc": "tab:green",
+          "memory.dram": "tab:purple"}
+fig, ax = plt.subplots(figsize=(6, 4.5))
+for arm, color in colors.items():
+    pts = [(b * 1e6, t * 1e6) for b, t, a, _ in recs if a == arm and b]
+    if pts:
+        ax.scatter(*zip(*pts), s=14, color=color, label=f"binding: {arm}")
+lo = min(min(b, t) for b, t, _, _ in recs if b) * 1e6
+hi = max(max(b, t) for b, t, _, _ in recs if b) * 1e6
+ax.plot([lo, hi], [lo, hi], "k--", lw=1, label="measured = bound")
+ax.set_xscale("log"); ax.set_yscale("log")
+ax.set_xlabel("proven lower bound (us)"); ax.set_ylabel("measured (us)")
+ax.set_title(f"{w.key} on {target.attrs['mcpu']}: {len(recs)} candidates"); ax.legend(fontsize=8)
+fig.tight_layout(); fig.savefig(FIGURES / "roofline_candidates.png", dpi=120)
+closest = min(t / b for b, t, _, _ in recs if b)
+print(f"closest candidate: {closest:.2f}x above its bound")'''),
+    new_markdown_cell("""## Best so far, with and without the cut
+The same search (seed, budget, ranking) twice: once dropping candidates that cannot beat the
+incumbent, once measuring everything (a policy that ranks but proves no bound)."""),
+    new_code_cell('''from tvm_ext.cost import Cost
+
+class RankOnly(RooflinePolicy):
+    """The same ranking, with the bound withheld: nothing can be pruned."""
+    proves_bounds = False
+
+    def cost(self, candidate, coefficients):
+        c = super().cost(candidate, coefficients)
+        return Cost(c.score_s, None, c.binding, c.arms)
+
+plain = tune(w.func, target, trials=trials, batch=16, seed=0, policy=RankOnly(), progress=False)
+pruned = tune(w.func, target, trials=trials, batch=16, seed=0, progress=False)
+def curve(result):
+    best, out = result.stats["hand_s"] or float("inf"), []
+    for _, t, _, dropped in result.stats["records"]:
+        if not dropped:
+            best = min(best, t)
+            out.append(w.flops / best / 1e9)
+    return out
+fig, ax = plt.subplots(figsize=(6, 3.5))
+for label, r in (("no cut", plain), ("admissible cut", pruned)):
+    ax.plot(range(1, len(curve(r)) + 1), curve(r), label=f"{label} ({r.stats['dropped']} dropped)")
+ax.set_xlabel("on-device measurements"); ax.set_ylabel("best GFLOP/s so far"); ax.legend()
+fig.tight_layout(); fig.savefig(FIGURES / "best_so_far.png", dpi=120)
+print({"no cut": round(plain.measurement.gflops, 1), "cut": round(pruned.measurement.gflops, 1)})'''),
+    new_markdown_cell("""## Policy comparison on held-out workloads
+The held-out protocol (service and learned policies against the roofline and MetaSchedule's
+online model) comes with the learned-policy work; this section will show its table then."""),
+]
+
+NOTEBOOKS = {"01_schedule_three_ways.ipynb": MINILAB, "02_cost_policies.ipynb": POLICIES,
+             "03_replay.ipynb": REPLAY}
+
+
+def main() -> None:
+    execute = "--execute" in sys.argv
+    for name, cells in NOTEBOOKS.items():
+        nb = new_notebook(cells=cells, metadata={"kernelspec": {
+            "name": "python3", "display_name": "Python 3", "language": "python"}})
+        if execute:
+            from nbclient import NotebookClient
+
+            NotebookClient(nb, timeout=900, resources={"metadata": {"path": str(HERE)}}).execute()
+        nbformat.write(nb, HERE / name)
+        print("wrote", name)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,22 @@
+"""The notebooks run end to end in quick mode (small shapes), as a reader would run them."""
+
+import pathlib
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+HERE = pathlib.Path(__file__).resolve().parent.parent / "notebooks"
+NOTEBOOKS = sorted(HERE.glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_runs_in_quick_mode(path, monkeypatch, tmp_path):
+    monkeypatch.setenv("TVM_EXT_NOTEBOOK_QUICK", "1")
+    nb = nbformat.read(path, as_version=4)
+    # Run in a scratch copy of the folder so figures written in quick mode do not replace
+    # the full-run figures that are committed.
+    NotebookClient(nb, timeout=600, resources={"metadata": {"path": str(tmp_path)}}).execute()
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+              if o.get("output_type") == "error"]
+    assert not errors
