@@ -17,6 +17,11 @@ def test_notebook_runs_in_quick_mode(path, monkeypatch, tmp_path):
     # Run in a scratch copy of the folder so figures written in quick mode do not replace
     # the full-run figures that are committed.
     NotebookClient(nb, timeout=600, resources={"metadata": {"path": str(tmp_path)}}).execute()
-    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
-              if o.get("output_type") == "error"]
+    errors = [
+        o
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.get("outputs", [])
+        if o.get("output_type") == "error"
+    ]
     assert not errors

@@ -139,3 +139,4 @@ def test_tune_tiny_workload(tmp_path, host):
     log_text = (tmp_path.parent / result.work_dir / "logs" / "meta_schedule.log").read_text()
     assert "Total trials" in log_text
     assert math.isfinite(result.stats["incumbent_s"])
+    assert 0 < result.stats["envelope_fraction"] <= 1.0  # the winner is no faster than its bound

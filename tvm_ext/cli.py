@@ -81,7 +81,8 @@ def _tune(args) -> int:
     print(f"{w.key} on {target.attrs['mcpu']} ({m.threads} threads), winner from the {r.source}")
     print(
         f"  parity ok (max rel error {m.max_rel_error:.1e}); {m.seconds * 1e3:.3f} ms; "
-        f"{m.gflops:.1f} GFLOP/s; {100 * m.peak_fraction:.1f}% of peak; bound: {r.binding}"
+        f"{m.gflops:.1f} GFLOP/s; {100 * m.peak_fraction:.1f}% of peak; bound: {r.binding} "
+        f"({100 * (st['envelope_fraction'] or 0):.0f}% of the envelope)"
     )
     print(
         f"  candidates: {st['generated']} generated, {st['dropped']} dropped by the bound, "

@@ -200,7 +200,8 @@ def tune(
             best, result, source = hand, hand_m, "hand schedule"
     from tvm_ext.cost import evaluate
 
-    binding = evaluate(policy, best, target, machine=machine, workload=workload).binding
+    cost = evaluate(policy, best, target, machine=machine, workload=workload)
+    binding = cost.binding
     if folder is not None:
         _save_log(folder, work_dir, func, target, cores, policy, stats, workload, result, binding)
     summary = stats.as_dict() | {
@@ -209,6 +210,8 @@ def tune(
         "first_measured_s": bar.first_measured_s,
         "hand_measured_s": hand_measured_s,
         "batches": list(stats.batches),
+        # How close the winner came to its proven bound (1.0 = at the bound; None: no bound).
+        "envelope_fraction": cost.envelope_fraction(result.seconds),
     }
     return TuneResult(
         best.mod,
