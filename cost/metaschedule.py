@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tvm_ext import _tvm
+from tvm_ext.errors import PolicyError
 
 from .features import features
 from .policy import Cost, hard_constraints, validated_coefficients, validated_cost
@@ -63,8 +64,14 @@ class PruneStats:
         }
 
 
+# A PolicyError raised inside a MetaSchedule callback reaches the caller as a plain
+# RuntimeError (the FFI keeps the message, not the type); the first one is kept here so that
+# tune() can re-raise it as itself.
+LAST_POLICY_ERROR: list = []
+
+
 class _Pricer:
-    """Prices MetaSchedule candidates with a policy, once per distinct module."""
+    """Prices MetaSchedule candidates with a policy."""
 
     def __init__(self, policy, target, machine, workload):
         self.policy, self.target, self.workload = policy, target, workload
@@ -72,7 +79,13 @@ class _Pricer:
 
     def __call__(self, candidate) -> Cost:
         feats = features(candidate.sch.mod, self.target, self.workload)
-        return validated_cost(self.policy, feats, self.coeffs, hard_constraints(feats, self.target))
+        try:
+            return validated_cost(
+                self.policy, feats, self.coeffs, hard_constraints(feats, self.target)
+            )
+        except PolicyError as err:
+            LAST_POLICY_ERROR[:] = [err]
+            raise
 
 
 @derived_object

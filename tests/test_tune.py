@@ -140,3 +140,22 @@ def test_tune_tiny_workload(tmp_path, host):
     assert "Total trials" in log_text
     assert math.isfinite(result.stats["incumbent_s"])
     assert 0 < result.stats["envelope_fraction"] <= 1.0  # the winner is no faster than its bound
+
+
+def test_failing_policy_stops_the_tune_and_keeps_a_valid_log(tmp_path, host):
+    from tvm_ext.cost import Cost
+
+    from tvm_ext.errors import PolicyError
+    from tvm_ext.replay import replay
+    from tvm_ext.tune import tune
+
+    class NaNPolicy(RooflinePolicy):
+        name = "nan-policy"
+
+        def cost(self, candidate, coefficients):
+            return Cost(float("nan"), None, "compute")
+
+    w = K.matmul(32, 32, 32)
+    with pytest.raises(PolicyError, match=r"NaNPolicy\(nan-policy\) returned score_s=nan"):
+        tune(w.func, host, trials=8, batch=8, policy=NaNPolicy(), log_dir=tmp_path, progress=False)
+    assert replay(w, host, tmp_path).measurement.max_rel_error < 1e-4  # hand record kept

@@ -74,7 +74,12 @@ def tune(
     atomically at the end, and also when the tune is interrupted.
     """
     from tvm_ext.cost import RooflinePolicy
-    from tvm_ext.cost.metaschedule import PolicyCostModel, PruneStats, PruningSearch
+    from tvm_ext.cost.metaschedule import (
+        LAST_POLICY_ERROR,
+        PolicyCostModel,
+        PruneStats,
+        PruningSearch,
+    )
 
     if not isinstance(trials, int) or trials < 1:
         raise ValueError(f"trials={trials!r} must be a positive int")
@@ -152,6 +157,7 @@ def tune(
         time.perf_counter() - started,
         hand is not None,
     )
+    LAST_POLICY_ERROR.clear()
     try:
         with _tvm.no_notebook_tables():
             ms.tune.tune_tasks(
@@ -172,6 +178,13 @@ def tune(
             _save_log(folder, work_dir, func, target, cores, policy, stats, workload, None)
             log.warning("interrupted: %d records kept in %s", stats.measured, folder)
         raise
+    except RuntimeError as err:
+        policy_error = LAST_POLICY_ERROR[0] if LAST_POLICY_ERROR else None
+        if policy_error is None or str(policy_error) not in str(err):
+            raise
+        if folder is not None:  # the records measured before the policy failed are kept
+            _save_log(folder, work_dir, func, target, cores, policy, stats, workload, None)
+        raise policy_error from err
     finally:
         bar.close()
         builder.shutdown()
