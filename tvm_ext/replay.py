@@ -123,9 +123,11 @@ def _best_trace(folder: pathlib.Path, func):
     best, best_secs = None, float("inf")
     for number, row in enumerate(read_json_lines(folder / RECORDS_FILE), 1):
         try:
+            if not (isinstance(row, list) and len(row) == 2 and isinstance(row[1], list)):
+                raise TypeError("expected [workload index, [trace, run seconds, ...]]")
             trace_json, secs = row[1][0], row[1][1]
             mean = sum(float(s) for s in secs) / len(secs)
-        except (TypeError, IndexError, ValueError, ZeroDivisionError) as err:
+        except (TypeError, IndexError, KeyError, ValueError, ZeroDivisionError) as err:
             raise CorruptLog(
                 f"{folder / RECORDS_FILE}, line {number}: not a tuning record "
                 f"({type(err).__name__}: {err})"
@@ -174,7 +176,16 @@ def replay(
     trace_json, _ = _best_trace(folder, func)
     try:
         sch = apply_trace(func, trace_json)
-    except _tvm.tvm.error.TVMError as err:
+    # A damaged trace fails inside TVM's parser as a TVMError, or as the Python error of
+    # whichever conversion met the wrong type first.
+    except (
+        _tvm.tvm.error.TVMError,
+        TypeError,
+        ValueError,
+        IndexError,
+        KeyError,
+        AttributeError,
+    ) as err:
         raise CorruptLog(
             f"{folder / RECORDS_FILE}: the best record does not apply to this "
             f"workload ({str(err).splitlines()[0]})"
