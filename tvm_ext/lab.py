@@ -34,7 +34,7 @@ def default_rows(trials: int = 32) -> list[LabRow]:
         LabRow(
             "naive",
             lambda w: w.func,
-            "scalar loop nest, B streamed column-wise: bound by cache misses, not compute",
+            "one core, k innermost: serial FMA chains, each step waiting on the last",
         ),
         LabRow(
             "lecture cpu",
@@ -63,14 +63,20 @@ def default_rows(trials: int = 32) -> list[LabRow]:
 def run_lab(
     size: int = 512, target=None, rows: list[LabRow] | None = None, trials: int = 32
 ) -> pd.DataFrame:
-    """Measure every row on ``matmul(size, size, size)``; a parity failure shows, not a speed."""
+    """Measure every row on ``matmul(size, size, size)``; a parity failure shows, not a speed.
+
+    ``binding`` is the roofline arm that bounds the row's schedule, ``x_bound`` how far above
+    that proven bound it ran."""
+    from tvm_ext.cost import RooflinePolicy, evaluate
+
     target = as_target(target)
     workload = kernels.matmul(size, size, size)
     records = []
     for row in rows if rows is not None else default_rows(trials):
         record = {"schedule": row.name}
         try:
-            m = measure(row.make(workload), workload, target)
+            obj = row.make(workload)
+            m = measure(obj, workload, target)
         except ParityError as err:
             log.error("%s: %s", row.name, err)
             record.update(parity=f"FAIL ({err.max_rel_error:.1e})")
@@ -82,7 +88,19 @@ def run_lab(
                 pct_peak=100 * m.peak_fraction,
                 pct_roofline=100 * m.roofline_fraction,
             )
+            cost = evaluate(RooflinePolicy(), obj, target, workload=workload)
+            record.update(binding=cost.binding, x_bound=m.seconds / cost.lower_bound_s)
         record["note"] = row.note
         records.append(record)
-    columns = ["schedule", "parity", "ms", "gflops", "pct_peak", "pct_roofline", "note"]
+    columns = [
+        "schedule",
+        "parity",
+        "ms",
+        "gflops",
+        "pct_peak",
+        "pct_roofline",
+        "binding",
+        "x_bound",
+        "note",
+    ]
     return pd.DataFrame.from_records(records, columns=columns)
