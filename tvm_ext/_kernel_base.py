@@ -86,6 +86,11 @@ def _check_dtype(dtype, choices: Sequence[str], kernel: str) -> None:
         )
 
 
+def _check_eps(eps) -> None:
+    if isinstance(eps, bool) or not isinstance(eps, float) or not eps > 0:
+        raise ValueError(f"eps={eps!r} must be a positive float")
+
+
 def _random(rng: np.random.Generator, shape, dtype: str, low=-1.0, high=1.0) -> np.ndarray:
     if dtype == "int8":
         return rng.integers(-128, 128, size=shape, dtype=np.int8)

@@ -10,6 +10,7 @@ from ._kernel_base import (
     Workload,
     _check_dims,
     _check_dtype,
+    _check_eps,
     _make,
     _random,
     _wide,
@@ -50,8 +51,7 @@ def layernorm(M: int, N: int, dtype: str = "float32", eps: float = 1e-5) -> Work
     """LayerNorm over the last axis of ``X[M, N]`` with ``gamma[N]``, ``beta[N]``, in fp32."""
     _check_dims(M=M, N=N)
     _check_dtype(dtype, ROW_DTYPES, "layernorm")
-    if not isinstance(eps, float) or not eps > 0:
-        raise ValueError(f"eps={eps!r} must be a positive float")
+    _check_eps(eps)
     X = te.placeholder((M, N), dtype, name="X")
     g, b = te.placeholder((N,), dtype, name="gamma"), te.placeholder((N,), dtype, name="beta")
     k1, k2 = te.reduce_axis((0, N), "k1"), te.reduce_axis((0, N), "k2")
@@ -98,8 +98,7 @@ def rmsnorm(M: int, N: int, dtype: str = "float32", eps: float = 1e-6) -> Worklo
     """RMSNorm over the last axis of ``X[M, N]`` with ``weight[N]``, in fp32."""
     _check_dims(M=M, N=N)
     _check_dtype(dtype, ROW_DTYPES, "rmsnorm")
-    if not isinstance(eps, float) or not eps > 0:
-        raise ValueError(f"eps={eps!r} must be a positive float")
+    _check_eps(eps)
     X = te.placeholder((M, N), dtype, name="X")
     w = te.placeholder((N,), dtype, name="weight")
     k = te.reduce_axis((0, N), "k")
