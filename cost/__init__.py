@@ -5,8 +5,11 @@ validated path every caller goes through.
 """
 
 from .features import BlockFacts, CandidateFeatures, features
+from .learned import XGBoostPolicy
 from .policy import Cost, ExecutionCostPolicy, evaluate, hard_constraints
 from .roofline import RooflinePolicy
+from .service import ServicePolicy, ServiceProfile, calibrate
+from .training_data import dataset
 
 __all__ = [
     "BlockFacts",
@@ -14,6 +17,11 @@ __all__ = [
     "Cost",
     "ExecutionCostPolicy",
     "RooflinePolicy",
+    "ServicePolicy",
+    "ServiceProfile",
+    "XGBoostPolicy",
+    "calibrate",
+    "dataset",
     "evaluate",
     "features",
     "hard_constraints",

@@ -11,7 +11,7 @@ unavailable: ``None`` with a reason in ``missing``, never a silent zero.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from types import MappingProxyType
 from typing import Mapping
 
@@ -41,11 +41,35 @@ class CandidateFeatures:
     thread_blocks: int | None = None
     shared_bytes: int | None = None
     local_bytes: int | None = None
+    # MetaSchedule's per-store features aggregated to a fixed width (see
+    # :func:`store_feature_summary`); derived only on request (``features(..., stores=True)``).
+    store_features: tuple[float, ...] | None = None
     missing: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     def available(self, name: str) -> bool:
         """Whether fact ``name`` was derived (False: see ``missing[name]``)."""
         return getattr(self, name) is not None
+
+    def to_dict(self) -> dict:
+        """Plain JSON-ready data; :meth:`from_dict` gives back an equal record."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["bytes"] = {k: list(v) if v is not None else None for k, v in self.bytes.items()}
+        out["blocks"] = [asdict(b) for b in self.blocks]
+        out["missing"] = dict(self.missing)
+        out["store_features"] = list(self.store_features) if self.store_features else None
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> "CandidateFeatures":
+        data = dict(data)
+        data["bytes"] = MappingProxyType(
+            {k: tuple(v) if v is not None else None for k, v in data["bytes"].items()}
+        )
+        data["blocks"] = tuple(BlockFacts(**b) for b in data["blocks"])
+        data["missing"] = MappingProxyType(dict(data["missing"]))
+        if data.get("store_features") is not None:
+            data["store_features"] = tuple(data["store_features"])
+        return cls(**data)
 
 
 def _on_chip_bytes(mod) -> tuple[int, int]:
@@ -91,8 +115,47 @@ def _param_bytes(func) -> int:
     return sum(math.prod(s) * np_dtype(d).itemsize for s, d in _tvm.param_specs(func))
 
 
-def features(obj, target=None, workload: Workload | None = None) -> CandidateFeatures:
-    """Derive :class:`CandidateFeatures` of a ``Schedule``, ``IRModule`` or ``PrimFunc``."""
+N_STORE_FEATURES = 164  # the width of MetaSchedule's PerStoreFeature rows (TVM 0.27)
+STORE_SUMMARY = ("n_stores",) + tuple(
+    f"{agg}_{i}" for agg in ("mean", "max") for i in range(N_STORE_FEATURES)
+)
+_STORE_CONTEXTS: dict = {}
+
+
+def store_feature_summary(obj, target) -> tuple[float, ...]:
+    """MetaSchedule's ``PerStoreFeature`` matrix of a (post-processed) candidate, one row per
+    buffer store, aggregated to :data:`STORE_SUMMARY`: the store count, then the mean and
+    the max of each of the 164 columns over stores."""
+    import numpy as np
+
+    ms = _tvm.meta_schedule()
+    target = as_target(target)
+    key = str(target)
+    if key not in _STORE_CONTEXTS:
+        _STORE_CONTEXTS[key] = (
+            ms.TuneContext(target=target),
+            ms.feature_extractor.PerStoreFeature(extract_workload=False),
+        )
+    context, extractor = _STORE_CONTEXTS[key]
+    mod = _tvm.as_module(obj)
+    sch = obj if isinstance(obj, _tvm.Schedule) else _tvm.Schedule(mod)
+    args = ms.arg_info.ArgInfo.from_prim_func(_tvm.main_func(mod))
+    matrix = extractor.extract_from(context, [ms.MeasureCandidate(sch, args)])[0].numpy()
+    count = float(matrix.shape[0])
+    if matrix.shape[0] == 0:
+        matrix = np.zeros((1, N_STORE_FEATURES))
+    if matrix.shape[1] != N_STORE_FEATURES:
+        raise RuntimeError(
+            f"PerStoreFeature returned {matrix.shape[1]} columns, expected {N_STORE_FEATURES}"
+        )
+    return (count, *map(float, matrix.mean(axis=0)), *map(float, matrix.max(axis=0)))
+
+
+def features(
+    obj, target=None, workload: Workload | None = None, *, stores: bool = False
+) -> CandidateFeatures:
+    """Derive :class:`CandidateFeatures` of a ``Schedule``, ``IRModule`` or ``PrimFunc``
+    (with ``stores=True`` also MetaSchedule's per-store summary, for learned policies)."""
     target = as_target(target)
     func = _tvm.main_func(_tvm.as_module(obj))
     workload = workload if workload is not None else from_func(func)
@@ -154,5 +217,6 @@ def features(obj, target=None, workload: Workload | None = None) -> CandidateFea
         thread_blocks=grid,
         shared_bytes=shared,
         local_bytes=local,
+        store_features=store_feature_summary(obj, target) if stores else None,
         missing=MappingProxyType(missing),
     )

@@ -78,7 +78,12 @@ class _Pricer:
         self.coeffs = validated_coefficients(policy, machine)
 
     def __call__(self, candidate) -> Cost:
-        feats = features(candidate.sch.mod, self.target, self.workload)
+        feats = features(
+            candidate.sch,
+            self.target,
+            self.workload,
+            stores=bool(getattr(self.policy, "needs_store_features", False)),
+        )
         try:
             return validated_cost(
                 self.policy, feats, self.coeffs, hard_constraints(feats, self.target)
@@ -246,3 +251,79 @@ class PruningSearch(ms.search_strategy.PySearchStrategy):
             self.audit,
             self.prune,
         )
+
+
+def _ranks(values) -> np.ndarray:
+    """Ranks in [0, 1] (higher value, higher rank); ties share their mean rank."""
+    values = np.asarray(values, dtype="float64")
+    if len(values) < 2:
+        return np.ones(len(values))
+    order = values.argsort(kind="stable")
+    ranks = np.empty(len(values))
+    ranks[order] = np.arange(len(values), dtype="float64")
+    for v in np.unique(values):  # average ties
+        tied = values == v
+        ranks[tied] = ranks[tied].mean()
+    return ranks / (len(values) - 1)
+
+
+@derived_object
+class WarmStartModel(ms.cost_model.PyCostModel):
+    """A trained policy (e.g. :class:`~tvm_ext.cost.XGBoostPolicy`) as the warm start of
+    MetaSchedule's online XGB model.
+
+    Stock MetaSchedule scores candidates at random until its model has seen ``handoff``
+    (100) measurements of the task. Here the trained policy scores them instead; from then on
+    the score is the mean of the two models' ranks, and every measurement still trains the
+    online model as in a stock tune.
+    """
+
+    def __init__(self, policy, target, machine, workload=None, online=None, handoff: int = 100):
+        super().__init__()
+        self.pricer = _Pricer(policy, target, machine, workload)
+        cores = int(target.attrs["num-cores"]) if target.kind.name == "llvm" else 1
+        self.online = (
+            online
+            if online is not None
+            else ms.cost_model.XGBModel(num_tuning_cores=max(cores, 1), num_warmup_samples=handoff)
+        )
+        self.handoff, self.seen = handoff, 0
+
+    def load(self, path: str) -> None:
+        self.online.load(path)
+
+    def save(self, path: str) -> None:
+        self.online.save(path)
+
+    def update(self, context, candidates, results) -> None:
+        self.online.update(context, candidates, results)
+        self.seen += len(candidates)
+
+    def predict(self, context, candidates) -> np.ndarray:
+        prior = np.array(
+            [1.0 / max(self.pricer(c).score_s, 1e-12) for c in candidates], dtype="float64"
+        )
+        if self.seen < self.handoff:
+            return prior
+        online = np.asarray(self.online.predict(context, candidates), dtype="float64")
+        return (_ranks(prior) + _ranks(online)) / 2.0
+
+
+def pretrained_xgb_model(log_dirs, *, exclude=(), num_tuning_cores: int = 1):
+    """MetaSchedule's own ``XGBModel`` updated first with the records of ``log_dirs`` (one
+    update per workload, as its per-workload normalization expects), skipping the workload
+    keys in ``exclude``: stock MetaSchedule warm-started from past measurements."""
+    from .training_data import ReplayedLog, log_folders
+
+    model = ms.cost_model.XGBModel(num_tuning_cores=num_tuning_cores)
+    for folder in log_folders(log_dirs):
+        if folder.name in exclude:
+            continue
+        log_ = ReplayedLog(folder)
+        measured = [(o, s) for o, s, sch, _ in log_.entries if sch is not None]
+        if not measured:
+            continue
+        cands = log_.measure_candidates([o for o, _ in measured])
+        results = [ms.runner.RunnerResult([float(s)], None) for _, s in measured]
+        model.update(log_.context, cands, results)
+    return model

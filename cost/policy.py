@@ -185,6 +185,8 @@ def evaluate(
     target = as_target(target)
     if machine is None and target.kind.name == "llvm":
         machine = host_machine(host_target(num_cores=int(target.attrs["num-cores"])))
-    candidate = features(obj, target, workload)
+    candidate = features(
+        obj, target, workload, stores=bool(getattr(policy, "needs_store_features", False))
+    )
     coeffs = validated_coefficients(policy, machine, prior)
     return validated_cost(policy, candidate, coeffs, hard_constraints(candidate, target))

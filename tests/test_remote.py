@@ -80,7 +80,7 @@ def tracker_with_two_servers():
             time.sleep(1)
         else:
             pytest.fail("the two RPC servers did not register with the tracker in 60 s")
-        yield f"127.0.0.1:{port}"
+        yield f"127.0.0.1:{port}", procs[1:]
     finally:
         for proc in procs:
             proc.terminate()
@@ -92,7 +92,8 @@ def tracker_with_two_servers():
 def test_tune_through_the_tracker(tracker_with_two_servers, host, tmp_path):
     from tvm_ext.tune import tune
 
-    runner = rpc_runner(tracker_with_two_servers, key="tvmext-test", max_workers=2)
+    address, _ = tracker_with_two_servers
+    runner = rpc_runner(address, key="tvmext-test", max_workers=2)
     w = K.matmul(32, 32, 32)
     result = tune(
         w.func, host, trials=8, batch=8, seed=1, runner=runner, log_dir=tmp_path, progress=False
@@ -108,6 +109,43 @@ def test_tune_through_the_tracker(tracker_with_two_servers, host, tmp_path):
         .splitlines()
     )
     assert len(lines) >= 2  # the hand schedule plus records measured remotely
+
+
+@pytest.mark.slow
+def test_server_killed_mid_tune(tracker_with_two_servers, host, tmp_path):
+    """One of two servers dies after the first batch: the tune finishes on the other one and
+    the log holds a record of every candidate sent to a server, measured or failed."""
+    from tvm_ext._tvm import meta_schedule, tvm
+    from tvm_ext.tune import tune
+
+    ms = meta_schedule()
+    address, servers = tracker_with_two_servers
+
+    @tvm.ir.utils.derived_object
+    class KillAfterFirstBatch(ms.runner.PyRunner):
+        def __init__(self, inner, victim):
+            super().__init__()
+            self.inner, self.victim, self.sent = inner, victim, []
+
+        def run(self, runner_inputs):
+            if self.sent:  # the first batch is measured; its results are in
+                self.victim.kill()
+                self.victim.wait(timeout=10)
+            self.sent.append(len(runner_inputs))
+            return self.inner.run(runner_inputs)
+
+    runner = KillAfterFirstBatch(rpc_runner(address, key="tvmext-test", max_workers=2), servers[0])
+    w = K.matmul(32, 32, 32)
+    result = tune(
+        w.func, host, trials=24, batch=8, seed=2, runner=runner, log_dir=tmp_path, progress=False
+    )
+    assert len(runner.sent) >= 2 and servers[0].poll() is not None and servers[1].poll() is None
+    assert result.measurement.max_rel_error < 1e-4
+    folder = next(tmp_path.glob("*/*/database_tuning_record.json"))
+    records = folder.read_text().splitlines()
+    assert len(records) == 1 + sum(runner.sent)  # the hand schedule, then every candidate
+    measured_after = result.stats["measured"] - runner.sent[0]
+    assert measured_after > 0  # the surviving server measured later batches
 
 
 def test_bad_tracker_address():

@@ -81,6 +81,15 @@ def _route_logs(work_dir: str) -> logging.Logger:
     return logging.getLogger("tvm.s_tir.meta_schedule.tvm_ext_task")
 
 
+def _close_log_handlers() -> None:
+    """Detach and close the file handlers of the last tune (before its folder is removed)."""
+    root = logging.getLogger("tvm.s_tir.meta_schedule")
+    for handler in _LOG_HANDLERS:
+        root.removeHandler(handler)
+        handler.close()
+    _LOG_HANDLERS.clear()
+
+
 def _copy_log_into(folder, work_dir: str, func) -> float:
     """Start from an existing log of this workload: its records seed the search; returns its
     best time (the initial cut), or inf when there is no usable log."""
@@ -165,3 +174,69 @@ def _best(ms, database, mod, target):
     sch = _tvm.Schedule(_tvm.tvm.ir.load_json(_tvm.tvm.ir.save_json(mod)))
     rec.trace.apply_to_schedule(sch, remove_postproc=False)
     return sch, float(sum(secs) / len(secs))
+
+
+def metaschedule_search(
+    func,
+    target,
+    work_dir: str,
+    *,
+    trials: int,
+    batch: int = 16,
+    seed: int | None = None,
+    cost_model=None,
+    population: int = 256,
+    callbacks=(),
+    build_timeout_s: float = 30.0,
+):
+    """Plain MetaSchedule (evolutionary search ranked by ``cost_model``, default its own
+    online XGB model) over :func:`_space`, measured with the target's cores; returns the
+    JSON database in ``work_dir``. No hand seed, no cut: the stock search, with our
+    persistent builder (it changes build start-up cost, not what is searched)."""
+    import functools
+
+    from ._builder import PersistentBuilder
+    from .target import target_cores
+
+    ms = _tvm.meta_schedule(target.kind.name)
+    cores = target_cores(target) if target.kind.name == "llvm" else 1
+    mod = _tvm.IRModule(
+        {"main": _tvm.main_func(_tvm.as_module(func)).with_attr("global_symbol", "main")}
+    )
+    if cost_model is None:
+        cost_model = ms.cost_model.XGBModel(num_tuning_cores=max(cores, 1))
+    database = ms.database.JSONDatabase(work_dir=work_dir)
+    context = ms.TuneContext(
+        mod=mod,
+        target=target,
+        space_generator=_space(ms, target),
+        search_strategy=ms.search_strategy.EvolutionarySearch(population_size=population),
+        task_name="main",
+        rand_state=-1 if seed is None else seed,
+        num_threads=cores,
+        logger=_route_logs(work_dir),
+    )
+    # 30 s is stock MetaSchedule's LocalBuilder timeout: a candidate LLVM takes longer to
+    # compile (a huge unrolled loop) is a failed build, as in a stock tune.
+    builder = PersistentBuilder(workers=max(cores, 1), timeout_s=build_timeout_s)
+    runner = ms.runner.LocalRunner(initializer=functools.partial(_tvm.set_runner_threads, cores))
+    try:
+        with _tvm.no_notebook_tables():
+            ms.tune.tune_tasks(
+                tasks=[context],
+                task_weights=[1.0],
+                work_dir=work_dir,
+                max_trials_global=trials,
+                num_trials_per_iter=batch,
+                builder=builder,
+                runner=runner,
+                database=database,
+                cost_model=cost_model,
+                measure_callbacks=list(ms.measure_callback.MeasureCallback.create("default"))
+                + list(callbacks),
+                task_scheduler="round-robin",
+            )
+    finally:
+        builder.shutdown()
+        runner.pool.shutdown()
+    return database

@@ -75,7 +75,13 @@ def _tune(args) -> int:
     w = ctor(*args.shape, **({"dtype": args.dtype} if args.dtype else {}))
     target = host_target()
     r = tune(
-        w.func, target, trials=args.trials, seed=args.seed, log_dir=args.log_dir, audit=args.audit
+        w.func,
+        target,
+        trials=args.trials,
+        seed=args.seed,
+        log_dir=args.log_dir,
+        audit=args.audit,
+        policy=load_policy(args.policy),
     )
     m, st = r.measurement, r.stats
     print(f"{w.key} on {target.attrs['mcpu']} ({m.threads} threads), winner from the {r.source}")
@@ -86,7 +92,8 @@ def _tune(args) -> int:
     )
     print(
         f"  candidates: {st['generated']} generated, {st['dropped']} dropped by the bound, "
-        f"{st['measured']} measured, {st['regrets']} regrets; logs in {r.work_dir}"
+        f"{st['measured']} measured, {st['regrets']} regrets"
+        + (f"; frozen log in {r.log_folder}" if r.log_folder else "")
     )
     return 0
 
@@ -123,6 +130,66 @@ def _report(args) -> int:
     return 0
 
 
+def load_policy(spec: str):
+    """``roofline``, ``service:PROFILE.json`` or ``xgboost:MODEL.json`` as a policy."""
+    from .cost import RooflinePolicy, ServicePolicy, ServiceProfile, XGBoostPolicy
+
+    kind, _, path = spec.partition(":")
+    if kind == "roofline" and not path:
+        return RooflinePolicy()
+    if kind == "service" and path:
+        return ServicePolicy(ServiceProfile.load(path))
+    if kind == "xgboost" and path:
+        return XGBoostPolicy.load(path)
+    raise SystemExit(
+        f"--policy {spec!r}: expected roofline, service:PROFILE.json or xgboost:MODEL.json"
+    )
+
+
+def _evaluate_policies(args) -> int:
+    import datetime
+    import pathlib
+
+    from .cost import dataset
+    from .cost.heldout import evaluate_policies
+    from .logs import cpu_model
+
+    data = dataset(args.logs, progress=True)
+    kinds = data["kernel"].nunique()
+    print(
+        f"dataset: {len(data)} measured candidates of {data['workload'].nunique()} workloads "
+        f"({kinds} kernel kinds) from {args.logs}"
+    )
+    per, summary, fitted = evaluate_policies(
+        data, None if args.no_stock else args.logs, k=args.folds, seed=args.seed, progress=True
+    )
+    print(f"held-out protocol: {args.folds} folds by workload, seed {args.seed}")
+    print(summary.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    if args.out:
+        out = pathlib.Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        fitted["service_profile"].save(out / "service_profile.json")
+        fitted["xgboost"].save(out / "xgboost_policy.json")
+        record = {
+            "command": "tvm-ext evaluate-policies " + " ".join(sys.argv[2:]),
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "cpu_model": cpu_model(),
+            "dataset": {
+                "logs": str(args.logs),
+                "rows": len(data),
+                "workloads": sorted(set(data["workload"])),
+            },
+            "folds": args.folds,
+            "seed": args.seed,
+            "summary": summary.to_dict(orient="records"),
+            "per_workload": per.to_dict(orient="records"),
+        }
+        (out / "heldout.json").write_text(json.dumps(record, indent=1, default=float))
+        (out / "heldout.md").write_text(summary.to_markdown(index=False, floatfmt=".3f") + "\n")
+        print(f"frozen calibration, model and held-out results written to {out}/")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tvm-ext", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
@@ -141,6 +208,11 @@ def main(argv: list[str] | None = None) -> int:
     tune.add_argument("--seed", type=int, default=0)
     tune.add_argument("--log-dir", default=None, help="keep the MetaSchedule database here")
     tune.add_argument("--audit", action="store_true", help="measure dropped candidates too")
+    tune.add_argument(
+        "--policy",
+        default="roofline",
+        help="roofline (default), service:PROFILE.json or xgboost:MODEL.json",
+    )
     tune.set_defaults(run=_tune)
     lab.add_argument("--trials", type=int, default=32, help="trials for the tuned row (0: none)")
     rp = sub.add_parser("replay", help="replay one frozen log folder: parity and a fresh time")
@@ -151,6 +223,20 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("log_dir", nargs="?", default="tuning_logs")
     rep.add_argument("--markdown", action="store_true")
     rep.set_defaults(run=_report)
+    ev = sub.add_parser(
+        "evaluate-policies",
+        help="held-out comparison of the cost policies on a dataset of tuning logs",
+    )
+    ev.add_argument("--logs", default="tuning_logs/dataset", help="the dataset's log root")
+    ev.add_argument("--folds", type=int, default=6, help="folds by workload (default 6)")
+    ev.add_argument("--seed", type=int, default=0)
+    ev.add_argument(
+        "--out",
+        default=None,
+        help="write the frozen calibration, the model and the results to this folder",
+    )
+    ev.add_argument("--no-stock", action="store_true", help="skip MetaSchedule's XGB rows")
+    ev.set_defaults(run=_evaluate_policies)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,

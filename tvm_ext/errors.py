@@ -42,6 +42,16 @@ class PolicyError(TvmExtError):
         self.policy = policy
 
 
+class ModelFileError(TvmExtError):
+    """A saved service profile or learned model cannot be loaded (unreadable, wrong schema or
+    kind, missing fields); the message names the file."""
+
+
+class DatasetError(TvmExtError):
+    """A dataset cannot train or calibrate a policy (too few rows or workloads, missing
+    columns); the message says what is missing."""
+
+
 class LogError(TvmExtError):
     """A frozen tuning log cannot be used; the message says why and what to do."""
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import os
+import shutil
 import tempfile
 import time
 from dataclasses import dataclass
@@ -15,6 +17,7 @@ from typing import Mapping
 from . import _tvm
 from ._tuning import (
     _best,
+    _close_log_handlers,
     _copy_log_into,
     _hand_schedule,
     _route_logs,
@@ -42,7 +45,7 @@ class TuneResult:
     stats: Mapping[str, object]
     binding: str
     source: str  # "search" or "hand schedule" (the seed won)
-    work_dir: str  # MetaSchedule's working directory (its logs are in <work_dir>/logs)
+    work_dir: str | None  # MetaSchedule's working directory, when kept (logs in <work_dir>/logs)
     log_folder: str | None  # the frozen log this tune added its records to, if log_dir was given
 
 
@@ -59,19 +62,27 @@ def tune(
     audit: bool = False,
     batch: int = 16,
     progress: bool = True,
+    hand_schedule: bool = True,
+    work_dir=None,
 ) -> TuneResult:
     """Tune a PrimFunc or single-function IRModule for ``target`` (default the host CPU).
 
-    The policy (default :class:`~tvm_ext.cost.RooflinePolicy`) ranks candidates and, when it
-    proves lower bounds, drops every candidate that cannot beat the best time measured so far
-    before it is built. The library's hand schedule, when one exists, is measured first: it is
-    the initial cut and a seed, and the result is never slower than it. Measurement uses the
+    The policy (default :class:`~tvm_ext.cost.RooflinePolicy`) ranks candidates. A proven lower
+    bound drops every candidate that cannot beat the best time measured so far before it is
+    built: the policy's own bound when it proves one, else the roofline's (a learned or
+    service policy ranks, the roofline still prunes). The library's hand schedule, when one
+    exists (and ``hand_schedule`` is left True), is measured first: it is the initial cut and
+    a seed, and the result is never slower than it. Measurement uses the
     target's ``num-cores`` threads; the winner is parity-checked and measured again.
 
     With ``log_dir`` (e.g. ``"tuning_logs"``) the records join the frozen log
     ``<log_dir>/<target key>/<workload key>/`` (see :mod:`tvm_ext.logs`); an existing log of the
     same workload seeds the search and tightens the initial cut. The log is written
     atomically at the end, and also when the tune is interrupted.
+
+    MetaSchedule works in ``work_dir`` (its database and ``logs/meta_schedule.log``); a given
+    ``work_dir`` is kept. Without one, a temporary folder is used and removed when the tune
+    succeeds (kept, and named in the error, when it fails), so tuning leaves no files behind.
     """
     from tvm_ext.cost import RooflinePolicy
     from tvm_ext.cost.metaschedule import (
@@ -90,9 +101,15 @@ def tune(
     mod = _tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
     workload = workload if workload is not None else from_func(func)
     policy = policy if policy is not None else RooflinePolicy()
+    bound_policy = policy if getattr(policy, "proves_bounds", False) else RooflinePolicy()
     machine = host_machine(host_target(num_cores=cores)) if target.kind.name == "llvm" else None
     ms = _tvm.meta_schedule(target.kind.name)
-    work_dir = tempfile.mkdtemp(prefix="tvm-ext-tune-")
+    keep_work_dir = work_dir is not None
+    if keep_work_dir:
+        work_dir = str(work_dir)
+        os.makedirs(work_dir, exist_ok=True)
+    else:
+        work_dir = tempfile.mkdtemp(prefix="tvm-ext-tune-")
     folder = log_folder(log_dir, target, func) if log_dir is not None else None
     started = time.perf_counter()
 
@@ -102,7 +119,7 @@ def tune(
     # Build workers start first and finish importing TVM before anything is timed: their
     # start-up on the same cores would make the hand schedule (the initial cut) look slow.
     builder = PersistentBuilder(workers=max(cores, 1))
-    hand = _hand_schedule(workload, target)
+    hand = _hand_schedule(workload, target) if hand_schedule else None
     if hand is not None:
         builder.wait_ready()
         stats.initial_cut_s = stats.incumbent_s = measure(
@@ -118,17 +135,17 @@ def tune(
     inner = ms.search_strategy.EvolutionarySearch(
         population_size=64, init_measured_ratio=0.2, init_min_unmeasured=16, genetic_num_iters=2
     )
-    # Policies that prove no bound rank only: the wrapper then drops nothing, but still prices
-    # and records every candidate (the records feed the stats and the log).
+    # The ranking policy feeds the cost model; the bound (the policy's own, or the roofline
+    # behind a policy that proves none) decides what is dropped before build.
     strategy = PruningSearch(
         inner,
-        policy,
+        bound_policy,
         target,
         machine,
         workload,
         stats,
         audit,
-        prune=bool(getattr(policy, "proves_bounds", False)),
+        prune=bool(getattr(bound_policy, "proves_bounds", False)),
     )
     logger = _route_logs(work_dir)
     context = ms.TuneContext(
@@ -213,7 +230,7 @@ def tune(
             best, result, source = hand, hand_m, "hand schedule"
     from tvm_ext.cost import evaluate
 
-    cost = evaluate(policy, best, target, machine=machine, workload=workload)
+    cost = evaluate(bound_policy, best, target, machine=machine, workload=workload)
     binding = cost.binding
     if folder is not None:
         _save_log(folder, work_dir, func, target, cores, policy, stats, workload, result, binding)
@@ -226,6 +243,9 @@ def tune(
         # How close the winner came to its proven bound (1.0 = at the bound; None: no bound).
         "envelope_fraction": cost.envelope_fraction(result.seconds),
     }
+    _close_log_handlers()
+    if not keep_work_dir:
+        shutil.rmtree(work_dir, ignore_errors=True)
     return TuneResult(
         best.mod,
         result,
@@ -233,6 +253,6 @@ def tune(
         MappingProxyType(summary),
         binding,
         source,
-        work_dir,
+        work_dir if keep_work_dir else None,
         str(folder) if folder is not None else None,
     )

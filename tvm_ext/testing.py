@@ -1,0 +1,34 @@
+"""Helpers for testing tools built on tvm-ext: fault injection into MetaSchedule's runners.
+
+They live in the package (not in ``tests/``) because MetaSchedule runs candidates in worker
+processes that import them by name.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+
+def faulty_run_evaluator(state_dir, plan, rt_mod, device, evaluator_config, repeated_args):
+    """A ``LocalRunner`` ``f_run_evaluator`` whose n-th run (0-based, counted in
+    ``state_dir`` across worker restarts) does what ``plan[n]`` says: ``"crash"`` (the worker
+    dies of SIGSEGV, as a candidate with a wild store would), ``"hang"`` (it never returns),
+    ``"raise"`` (a Python error); any other run measures normally.
+
+    Use ``functools.partial(faulty_run_evaluator, state_dir, plan)``.
+    """
+    n = len(os.listdir(state_dir))
+    with open(os.path.join(state_dir, f"run-{n}"), "w"):
+        pass
+    action = plan.get(n)
+    if action == "crash":
+        os.kill(os.getpid(), signal.SIGSEGV)
+    elif action == "hang":
+        time.sleep(3600)
+    elif action == "raise":
+        raise RuntimeError(f"injected failure in run {n}")
+    from tvm.s_tir.meta_schedule.runner.local_runner import default_run_evaluator
+
+    return default_run_evaluator(rt_mod, device, evaluator_config, repeated_args)
