@@ -242,7 +242,7 @@ measurements) and warm-started from the training folds. Quick mode uses four wor
     new_code_cell('''import json, pathlib
 from tvm_ext.cost import dataset
 from tvm_ext.cost.heldout import evaluate_policies
-logs = pathlib.Path("..") / "tuning_logs" / "dataset"
+logs = pathlib.Path(tvm_ext.__file__).resolve().parents[1] / "tuning_logs" / "dataset"
 data = dataset(logs)
 if QUICK:
     data = data[data["workload"].isin(sorted(data["workload"].unique())[::5])]
@@ -267,7 +267,10 @@ NOTEBOOKS = {"01_schedule_three_ways.ipynb": MINILAB, "02_cost_policies.ipynb": 
 
 def main() -> None:
     execute = "--execute" in sys.argv
+    only = [a for a in sys.argv[1:] if not a.startswith("--")]  # e.g. "02": rebuild that one
     for name, cells in NOTEBOOKS.items():
+        if only and not any(name.startswith(o) for o in only):
+            continue
         nb = new_notebook(cells=cells, metadata={"kernelspec": {
             "name": "python3", "display_name": "Python 3", "language": "python"}})
         if execute:
