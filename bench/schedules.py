@@ -34,6 +34,7 @@ WORKLOADS = [
     ("matmul u8s8 1024^3", K.matmul(1024, 1024, 1024, "uint8")),
     ("conv2d 1x64x56x56 k3 f64", K.conv2d(1, 64, 56, 56, 64, 3, 3, 1, 1)),
     ("softmax 4096x1024", K.softmax(4096, 1024)),
+    ("softmax 4096x1024 poly exp", K.softmax(4096, 1024, exp="poly")),
     ("layernorm 4096x1024", K.layernorm(4096, 1024)),
 ]
 QUICK = {"matmul 256x256x32", "matmul 512^3", "conv2d 1x64x56x56 k3 f64", "softmax 4096x1024"}

@@ -33,7 +33,8 @@ _FREE = {
     "Select",
 }
 # Op names are "prim.exp", "tirx.exp", ... across TVM versions: match on the last part.
-_MATH_CALLS = {"exp", "exp2", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "pow", "fabs", "erf"}
+_MATH_CALLS = {"exp", "exp2", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "pow", "fabs", "erf",
+               "floor", "ceil", "round", "shift_left", "shift_right"}  # fmt: skip
 _FREE_CALLS = {"if_then_else", "reinterpret", "likely"}
 
 

@@ -16,6 +16,7 @@ CASES = [
     (K.conv2d, dict(N=1, C=2, H=5, W=5, F=3, KH=1, KW=1, dtype="float16")),
     (K.softmax, dict(M=5, N=33)),
     (K.softmax, dict(M=3, N=17, dtype="float16")),
+    (K.softmax, dict(M=5, N=33, exp="poly")),
     (K.layernorm, dict(M=4, N=31)),
     (K.layernorm, dict(M=4, N=16, dtype="float16", eps=1e-3)),
     (K.rmsnorm, dict(M=6, N=19)),
@@ -83,6 +84,7 @@ def test_workload_survives_scheduling_via_its_attribute():
             r"dtype='float64' is not supported; choose one of \('float32'",
         ),
         (lambda: K.softmax(4, 4, "int8"), r"softmax: dtype='int8' is not supported"),
+        (lambda: K.softmax(4, 4, exp="fast"), r"exp='fast': choose one of"),
         (lambda: K.conv2d(1, 1, 2, 2, 1, 3, 3), r"kernel 3x3 does not fit the padded input 2x2"),
         (lambda: K.conv2d(1, 1, 8, 8, 1, padding=-1), r"padding=-1 must be a non-negative int"),
         (lambda: K.layernorm(4, 4, eps=0.0), r"eps=0.0 must be a positive float"),
@@ -97,3 +99,25 @@ def test_bad_arguments_are_value_errors_showing_the_value(call, match):
 def test_transpose_b_must_be_bool():
     with pytest.raises(TypeError, match="transpose_b='yes'"):
         K.matmul(4, 4, 4, transpose_b="yes")
+
+
+def test_polynomial_exp_is_accurate_over_the_float32_range(host):
+    """exp_poly against numpy's exp on a dense grid of [-87, 88] (normal float32 results)."""
+    from tvm_ext._kernels_rows import exp_poly
+    from tvm_ext._tvm import te, tvm
+
+    n = 1 << 16
+    X = te.placeholder((n,), "float32", name="X")
+    Y = te.compute((n,), lambda i: exp_poly(X[i]), name="Y")
+    lib = tvm.tirx.build(te.create_prim_func([X, Y]), target=host)
+    x = np.linspace(-87.0, 88.0, n, dtype="float32")
+    y = tvm.runtime.tensor(np.zeros(n, "float32"))
+    lib(tvm.runtime.tensor(x), y)
+    exact = np.exp(x.astype("float64"))
+    assert np.max(np.abs(y.numpy() - exact) / exact) < 3e-7
+
+
+def test_poly_softmax_key_round_trips():
+    w = K.softmax(8, 16, exp="poly")
+    assert w.key == "softmax_M8_N16_exppoly_float32"
+    assert K.from_func(w.func).key == w.key and K.softmax(8, 16).key.endswith("N16_float32")

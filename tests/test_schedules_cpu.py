@@ -25,6 +25,7 @@ CASES = [
     K.conv2d(1, 4, 8, 8, 6, 3, 3, 1, 0, "bfloat16"),
     K.softmax(64, 256),
     K.softmax(37, 1000),
+    K.softmax(37, 1000, exp="poly"),
     K.softmax(3, 7, "float16"),
     K.layernorm(16, 512),
     K.layernorm(5, 33),
