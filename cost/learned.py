@@ -25,7 +25,7 @@ import numpy as np
 from tvm_ext.errors import DatasetError, ModelFileError, PolicyError
 
 from .features import CandidateFeatures
-from .policy import Cost, ExecutionCostPolicy
+from .policy import Cost, ExecutionCostPolicy, read_policy_file
 from .roofline import RooflinePolicy
 from .training_data import _numeric_features, _store_columns, check_training_data, feature_columns
 
@@ -155,20 +155,8 @@ class XGBoostPolicy(ExecutionCostPolicy):
     def load(cls, path) -> "XGBoostPolicy":
         import xgboost as xgb
 
-        path = pathlib.Path(path)
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as err:
-            raise ModelFileError(f"{path}: cannot read a model: {err}") from err
-        if not isinstance(data, dict) or data.get("kind") != "tvm_ext.XGBoostPolicy":
-            raise ModelFileError(f"{path}: not a tvm_ext XGBoostPolicy model")
-        if data.get("schema") != MODEL_SCHEMA:
-            raise ModelFileError(
-                f"{path}: model schema {data.get('schema')!r}, expected {MODEL_SCHEMA}"
-            )
-        absent = [k for k in ("seed", "columns", "params", "booster") if k not in data]
-        if absent:
-            raise ModelFileError(f"{path}: model lacks {', '.join(absent)}")
+        required = ("seed", "columns", "params", "booster")
+        data = read_policy_file(path, "XGBoostPolicy", MODEL_SCHEMA, required)
         booster = xgb.Booster()
         try:
             booster.load_model(bytearray(json.dumps(data["booster"]).encode()))

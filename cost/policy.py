@@ -73,6 +73,29 @@ class ExecutionCostPolicy:
         return f"{type(self).__name__}()"
 
 
+def read_policy_file(path, kind: str, schema: int, required=()) -> dict:
+    """The JSON of a saved profile or model, checked for its ``kind``, ``schema`` and
+    ``required`` keys; anything else is a :class:`~tvm_ext.errors.ModelFileError` naming it."""
+    import json
+    import pathlib
+
+    from tvm_ext.errors import ModelFileError
+
+    path = pathlib.Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise ModelFileError(f"{path}: cannot read a {kind}: {err}") from err
+    if not isinstance(data, dict) or data.get("kind") != f"tvm_ext.{kind}":
+        raise ModelFileError(f"{path}: not a tvm_ext {kind}")
+    if data.get("schema") != schema:
+        raise ModelFileError(f"{path}: {kind} schema {data.get('schema')!r}, expected {schema}")
+    absent = sorted(set(required) - set(data))
+    if absent:
+        raise ModelFileError(f"{path}: {kind} lacks {', '.join(absent)}")
+    return data
+
+
 def _label(policy) -> str:
     return f"{type(policy).__name__}({getattr(policy, 'name', '?')})"
 

@@ -30,7 +30,7 @@ import numpy as np
 from tvm_ext.errors import DatasetError, ModelFileError, PolicyError
 
 from .features import CandidateFeatures
-from .policy import Cost, ExecutionCostPolicy
+from .policy import Cost, ExecutionCostPolicy, read_policy_file
 from .roofline import AUTO_VECTOR_LANES, RooflinePolicy
 
 PROFILE_SCHEMA = 1
@@ -75,21 +75,8 @@ class ServiceProfile:
 
     @classmethod
     def load(cls, path) -> "ServiceProfile":
-        path = pathlib.Path(path)
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as err:
-            raise ModelFileError(f"{path}: cannot read a service profile: {err}") from err
-        if not isinstance(data, dict) or data.get("kind") != "tvm_ext.ServiceProfile":
-            raise ModelFileError(f"{path}: not a tvm_ext service profile")
-        if data.get("schema") != PROFILE_SCHEMA:
-            raise ModelFileError(
-                f"{path}: profile schema {data.get('schema')!r}, expected {PROFILE_SCHEMA}"
-            )
         names = {f.name for f in fields(cls)}
-        absent = sorted(names - set(data) - {"provenance"})
-        if absent:
-            raise ModelFileError(f"{path}: profile lacks {', '.join(absent)}")
+        data = read_policy_file(path, "ServiceProfile", PROFILE_SCHEMA, names - {"provenance"})
         try:
             return cls(**{k: data[k] for k in names if k in data})
         except (TypeError, ValueError) as err:

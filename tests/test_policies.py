@@ -137,7 +137,7 @@ def test_service_policy_refuses_unavailable_facts(subset):
     "content, match",
     [
         ("{not json", "cannot read"),
-        ('{"kind": "something else"}', "not a tvm_ext service profile"),
+        ('{"kind": "something else"}', "not a tvm_ext ServiceProfile"),
         ('{"kind": "tvm_ext.ServiceProfile", "schema": 99}', "schema"),
         ('{"kind": "tvm_ext.ServiceProfile", "schema": 1, "capacity": 2}', "lacks"),
     ],

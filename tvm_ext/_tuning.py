@@ -176,6 +176,27 @@ def _best(ms, database, mod, target):
     return sch, float(sum(secs) / len(secs))
 
 
+def run_task(ms, context, work_dir, trials, batch, builder, runner, database, cost_model,
+             callbacks=()) -> None:  # fmt: skip
+    """MetaSchedule's task loop over one tuning context, with its default measure callbacks
+    (database, logging) plus ``callbacks``; notebook tables suppressed."""
+    with _tvm.no_notebook_tables():
+        ms.tune.tune_tasks(
+            tasks=[context],
+            task_weights=[1.0],
+            work_dir=work_dir,
+            max_trials_global=trials,
+            num_trials_per_iter=batch,
+            builder=builder,
+            runner=runner,
+            database=database,
+            cost_model=cost_model,
+            measure_callbacks=list(ms.measure_callback.MeasureCallback.create("default"))
+            + list(callbacks),
+            task_scheduler="round-robin",
+        )
+
+
 def metaschedule_search(
     func,
     target,
@@ -221,21 +242,8 @@ def metaschedule_search(
     builder = PersistentBuilder(workers=max(cores, 1), timeout_s=build_timeout_s)
     runner = ms.runner.LocalRunner(initializer=functools.partial(_tvm.set_runner_threads, cores))
     try:
-        with _tvm.no_notebook_tables():
-            ms.tune.tune_tasks(
-                tasks=[context],
-                task_weights=[1.0],
-                work_dir=work_dir,
-                max_trials_global=trials,
-                num_trials_per_iter=batch,
-                builder=builder,
-                runner=runner,
-                database=database,
-                cost_model=cost_model,
-                measure_callbacks=list(ms.measure_callback.MeasureCallback.create("default"))
-                + list(callbacks),
-                task_scheduler="round-robin",
-            )
+        run_task(ms, context, work_dir, trials, batch, builder, runner, database, cost_model,
+                 callbacks)  # fmt: skip
     finally:
         builder.shutdown()
         runner.pool.shutdown()

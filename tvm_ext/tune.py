@@ -24,6 +24,7 @@ from ._tuning import (
     _save_log,
     _seed_database,
     _space,
+    run_task,
 )
 from .errors import ParityError, TvmExtError
 from .kernels import Workload, from_func
@@ -163,7 +164,6 @@ def tune(
         runner = ms.runner.LocalRunner(
             initializer=functools.partial(_tvm.set_runner_threads, cores)
         )
-    callbacks = ms.measure_callback.MeasureCallback.create("default")
     from ._progress import ProgressCallback
 
     bar = ProgressCallback(
@@ -176,20 +176,8 @@ def tune(
     )
     LAST_POLICY_ERROR.clear()
     try:
-        with _tvm.no_notebook_tables():
-            ms.tune.tune_tasks(
-                tasks=[context],
-                task_weights=[1.0],
-                work_dir=work_dir,
-                max_trials_global=trials,
-                num_trials_per_iter=batch,
-                builder=builder,
-                runner=runner,
-                database=database,
-                cost_model=PolicyCostModel(policy, target, machine, workload),
-                measure_callbacks=list(callbacks) + [bar],
-                task_scheduler="round-robin",
-            )
+        cost_model = PolicyCostModel(policy, target, machine, workload)
+        run_task(ms, context, work_dir, trials, batch, builder, runner, database, cost_model, [bar])
     except KeyboardInterrupt:
         if folder is not None:  # keep every record measured so far; parity not yet checked
             _save_log(folder, work_dir, func, target, cores, policy, stats, workload, None)
