@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import pathlib
 import subprocess
 import sys
@@ -50,15 +49,6 @@ ARMS = (
     "tune(xgboost) + hand seed",
     "tune(roofline), no hand seed",
 )
-
-
-def _db_times(work_dir) -> list:
-    out = []
-    with open(os.path.join(work_dir, "database_tuning_record.json")) as f:
-        for line in f:
-            secs = [float(s) for s in json.loads(line)[1][1]]
-            out.append(None if not secs or min(secs) >= 1e9 else sum(secs) / len(secs))
-    return out
 
 
 def run_arm(arm: str, index: int, trials: int, batch: int, seed: int, model: str) -> dict:
@@ -87,7 +77,9 @@ def run_arm(arm: str, index: int, trials: int, batch: int, seed: int, model: str
         metaschedule_search(
             w.func, target, work_dir, trials=trials, batch=batch, seed=seed, cost_model=cost_model
         )
-        times = _db_times(work_dir)
+        from tuning import _records  # bench/tuning.py: a JSON database's times, in order
+
+        times = _records(work_dir)
     else:
         from tvm_ext.cost import RooflinePolicy
 
