@@ -21,6 +21,7 @@ from . import (
     conv2d_cuda,
     elementwise_cpu,
     elementwise_cuda,
+    matmul_bf16,
     matmul_cpu,
     matmul_cuda,
     matmul_vnni,
@@ -29,10 +30,11 @@ from . import (
     rows_cuda,
 )
 from .intrin_cuda import register_cuda_intrinsics
-from .intrin_x86 import VNNI_DOT_16x4, register_x86_intrinsics
+from .intrin_x86 import BF16_DOT_16x2, VNNI_DOT_16x4, register_x86_intrinsics
 from .sweep import tile_sweep
 
 __all__ = [
+    "BF16_DOT_16x2",
     "RULES",
     "KERNELS",
     "VNNI_DOT_16x4",
@@ -48,6 +50,7 @@ __all__ = [
 # (target kind, rule module); the first rule that applies to a workload is used.
 RULES: list[tuple[str, ModuleType]] = [
     ("llvm", matmul_vnni),  # uint8 x int8 on AVX512-VNNI CPUs; other matmuls fall through
+    ("llvm", matmul_bf16),  # bfloat16 on AVX512-BF16 CPUs
     ("llvm", matmul_cpu),
     ("llvm", conv2d_cpu),
     ("llvm", rows_cpu),

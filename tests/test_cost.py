@@ -74,6 +74,7 @@ def test_roofline_bound_holds_and_names_its_arm(host, machine):
     policy = RooflinePolicy()
     cases = [K.matmul(128, 128, 128), K.softmax(64, 256), K.conv2d(1, 8, 14, 14, 8, 3, 3, 1, 1)]
     cases.append(K.matmul(128, 128, 128, "uint8"))  # tensorized onto VNNI where the CPU has it
+    cases.append(K.matmul(96, 80, 64, "bfloat16"))  # onto AVX512-BF16 where the CPU has it
     for w in cases:
         for obj in (w.func, S.schedule(w, host)):
             cost = evaluate(policy, obj, host, machine=machine)

@@ -1,8 +1,11 @@
-"""x86 tensorize intrinsics: VNNI int8 (skipped on CPUs without AVX512-VNNI)."""
+"""x86 tensorize intrinsics: VNNI int8 and AVX512-BF16 (each skipped on CPUs without it)."""
 
+import re
+
+import numpy as np
 import pytest
 from conftest import cpu_has
-from tvm_ext.schedules import matmul_vnni
+from tvm_ext.schedules import matmul_bf16, matmul_vnni
 
 from tvm_ext import _tvm
 from tvm_ext import kernels as K
@@ -21,6 +24,7 @@ def test_registration_is_idempotent_and_explicit():
     S.register_x86_intrinsics()
     S.register_x86_intrinsics()
     assert _tvm.tvm.s_tir.TensorIntrin.get(S.VNNI_DOT_16x4) is not None
+    assert _tvm.tvm.s_tir.TensorIntrin.get(S.BF16_DOT_16x2) is not None
 
 
 @pytest.mark.parametrize("shape", [(128, 128, 128), (100, 70, 33), (1, 16, 4), (64, 200, 64)])
@@ -51,3 +55,81 @@ def test_vnni_does_not_claim_other_matmuls(host):
 def test_vnni_config_errors(vnni_host):
     with pytest.raises(ValueError, match="accumulators exceed"):
         S.schedule(K.matmul(64, 64, 64, "uint8"), vnni_host, mr=8, nv=4)
+
+
+@pytest.fixture(scope="module")
+def bf16_host(host):
+    if not cpu_has("avx512bf16", host):
+        pytest.skip("this CPU has no AVX512-BF16")
+    return host
+
+
+BF16_CASES = [
+    K.matmul(128, 128, 128, "bfloat16"),
+    K.matmul(100, 70, 33, "bfloat16"),  # no tile divides M, N or K (odd K: a zero pair)
+    K.matmul(1, 16, 2, "bfloat16"),
+    K.matmul(7, 5, 9, "bfloat16", transpose_b=True),
+    K.matmul(64, 96, 64, "bfloat16", transpose_b=True),
+    K.batch_matmul(3, 20, 40, 30, "bfloat16"),
+]
+
+
+@pytest.mark.parametrize("w", BF16_CASES, ids=lambda w: w.key)
+def test_bf16_matmul_matches_numpy(w, bf16_host):
+    sch = S.schedule(w, bf16_host)
+    assert S.BF16_DOT_16x2 in str(sch.trace)
+    verify(sch, w, bf16_host)
+
+
+@pytest.mark.parametrize(
+    "cfg", [dict(mr=6, nv=2), dict(mr=15, nv=1), dict(mr=1, nv=3, parallel="tiles")]
+)
+def test_bf16_configs_match_numpy(cfg, bf16_host):
+    w = K.matmul(37, 50, 20, "bfloat16")
+    verify(S.schedule(w, bf16_host, **cfg), w, bf16_host)
+
+
+def test_bf16_exactness_on_representable_products(bf16_host):
+    # Integer-valued bf16 inputs: every product and partial sum is exact in fp32, so the
+    # tensorized kernel must equal numpy bit for bit (any operand mix-up would show).
+    w = K.matmul(48, 64, 40, "bfloat16")
+    rng = np.random.default_rng(3)
+    a = rng.integers(-8, 9, size=(48, 40)).astype(w.inputs(0)[0].dtype)
+    b = rng.integers(-8, 9, size=(40, 64)).astype(a.dtype)
+    lib = _tvm.build(S.schedule(w, bf16_host).mod, bf16_host)
+    out = np.zeros((48, 64), np.float32)
+    dev = _tvm.tvm.cpu()
+    args = [_tvm.tensor(x, dev) for x in (a, b, out)]
+    lib[lib.entry_name](*args)
+    np.testing.assert_array_equal(args[2].numpy(), a.astype(np.float32) @ b.astype(np.float32))
+
+
+def test_bf16_code_uses_vdpbf16ps_with_accumulators_in_registers(bf16_host):
+    w = K.matmul(64, 64, 64, "bfloat16")
+    lib = _tvm.build(S.schedule(w, bf16_host).mod, bf16_host)
+    asm = lib.inspect_source("asm")
+    assert "vdpbf16ps" in asm
+    assert "tvm_ext_dpbf16ps_16x2" not in asm  # the shim was inlined: no call remains
+    # The accumulator tile lives on the stack (so in registers), not in a runtime workspace.
+    assert not re.search(r"%C_local\S* = (tail )?call", lib.inspect_source("ll"))
+
+
+def test_bf16_rule_claims_only_bf16_on_bf16_cpus(host):
+    assert not matmul_bf16.applies(K.matmul(8, 8, 8, "float32"), host)
+    generic = _tvm.Target(
+        {"kind": "llvm", "mcpu": "haswell", "mtriple": "x86_64-unknown-linux-gnu", "num-cores": 1}
+    )
+    w = K.matmul(20, 20, 20, "bfloat16")
+    assert not matmul_bf16.applies(w, generic)
+    assert S.find_rule(w, generic).__name__.endswith("matmul_cpu")
+    verify(S.schedule(w, generic), w, host)  # falls back to the generic CPU schedule
+
+
+def test_bf16_config_errors(bf16_host):
+    w = K.matmul(64, 64, 64, "bfloat16")
+    with pytest.raises(ValueError, match="at most 15"):
+        S.schedule(w, bf16_host, mr=8, nv=2)
+    with pytest.raises(ValueError, match="parallel"):
+        S.schedule(w, bf16_host, parallel="rows")
+    with pytest.raises(ValueError, match="positive int"):
+        S.schedule(w, bf16_host, mr=0)
