@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from tvm_ext import _tvm
 from tvm_ext.kernels import Workload
 
-from ._base import check, check_config, is_cpu, lanes_for
+from ._base import ACC_SCOPE, check, check_config, is_cpu, lanes_for
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ def schedule(workload: Workload, target, config: Conv2dCPUConfig) -> "_tvm.Sched
     )
     sch.parallel(sch.get_loops(packed)[0])
     sch.parallel(sch.fuse(*sch.get_loops(pad)[:2]))
-    acc = sch.cache_write(conv, 0, "local")
+    acc = sch.cache_write(conv, 0, ACC_SCOPE)
     sch.reverse_compute_at(acc, x0)
     sch.vectorize(sch.get_loops(acc)[-1])
     xv, xl = sch.split(x1, [None, config.lanes])

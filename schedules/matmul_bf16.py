@@ -17,13 +17,12 @@ from dataclasses import dataclass
 from tvm_ext import _tvm
 from tvm_ext.kernels import Workload
 
-from ._base import ceil_div, check, check_config, find_block, is_cpu
+from ._base import ACC_SCOPE, STACK_TILE_BYTES, ceil_div, check, check_config, find_block, is_cpu
 from .intrin_x86 import BF16_DOT_16x2, register_x86_intrinsics
 
 KERNELS = ("matmul", "batch_matmul")
-# The accumulator tile is a `global`-scope buffer that TVM puts on the stack (so in registers)
-# only below 1 KiB: at most 15 vectors of 16 fp32 lanes.
-MAX_ACCUMULATORS = 15
+# The accumulator tile stays in registers only below 1 KiB (``_base.ACC_SCOPE``): 15 vectors.
+MAX_ACCUMULATORS = (STACK_TILE_BYTES - 1) // 64
 
 
 @dataclass(frozen=True)
@@ -109,7 +108,7 @@ def schedule(workload: Workload, target, config: MatmulBF16Config) -> "_tvm.Sche
     pack = find_block(sch, "B_pad") or sch.cache_read(C, 1, "global")
     sch.transform_layout(pack, ("write", 0), _pair_map(nr, transposed))
     sch.parallel(sch.get_loops(pack)[0])
-    acc = sch.cache_write(C, 0, "global")  # on the stack, in registers: see intrin_x86
+    acc = sch.cache_write(C, 0, ACC_SCOPE)
     sch.reverse_compute_at(acc, i0)
     crop = find_block(sch, "C_pad")
     if crop is not None:

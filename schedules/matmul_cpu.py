@@ -3,10 +3,11 @@
 Loop nest (per batch): ``for j0 (panels of nr columns, parallel): pack B[:, panel] as
 Bp[K, nr]; for i0 (blocks of mr rows): acc[mr, nr] = 0; for k: for i1 (unrolled): for j1
 (vectorized): acc += A[i, k] * Bp[k, j1]; C[i0 block, panel] = acc``. The ``mr x nr``
-accumulator lives in vector registers; the packed panel (``K x nr``) stays in L1/L2 while every
-row block streams past it, and packing removes the 4 KiB-stride aliasing of a row-major B with
-a power-of-two N. Shapes the tiles do not divide are padded with ``pad_einsum`` (zeros in, a
-predicated write-back out), so tails stay vectorized.
+accumulator lives in vector registers (kept under 1 KiB: see ``_base.ACC_SCOPE``); the packed
+panel (``K x nr``) stays in L1/L2 while every row block streams past it, and packing removes
+the 4 KiB-stride aliasing of a row-major B with a power-of-two N. Shapes the tiles do not
+divide are padded with ``pad_einsum`` (zeros in, a predicated write-back out), so tails stay
+vectorized.
 """
 
 from __future__ import annotations
@@ -16,7 +17,16 @@ from dataclasses import dataclass
 from tvm_ext import _tvm
 from tvm_ext.kernels import Workload, np_dtype
 
-from ._base import ceil_div, check, check_config, find_block, is_cpu, lanes_for
+from ._base import (
+    ACC_SCOPE,
+    STACK_TILE_BYTES,
+    ceil_div,
+    check,
+    check_config,
+    find_block,
+    is_cpu,
+    lanes_for,
+)
 
 
 @dataclass(frozen=True)
@@ -69,13 +79,15 @@ def default_config(workload: Workload, target) -> MatmulCPUConfig:
     M, N, K = (workload.args[d] for d in ("M", "N", "K"))
     nr = 4 * lanes if (M <= 4 * lanes and N >= 8 * lanes) or N == 4 * lanes else 2 * lanes
     nr = min(nr, lanes * ceil_div(N, lanes))
-    mr = 4 if nr >= 4 * lanes else 8
+    # As many rows as keep the fp32 tile under the stack limit (7 x 32, 3 x 64 on AVX-512).
+    mr = min(4 if nr >= 4 * lanes else 8, (STACK_TILE_BYTES - 1) // (4 * nr))
     small_b = K * N * np_dtype(workload.dtype).itemsize <= 32 * 1024
     in_place = small_b and not workload.args.get("transpose_b", False) and N % nr == 0
     parallel = "panels" if ceil_div(N, nr) >= 2 * _tvm.physical_cores() else "tiles"
     pack = "none" if in_place else ("panel" if parallel == "panels" else "full")
     # A narrow, short-K product (2048x64x64) is loop-overhead bound: unroll k (measured 1.1x).
-    unroll_k = 8 if in_place and nr == 4 * lanes and K % 8 == 0 else 1
+    # Not with padded rows: the padded A reads are guarded, and unrolled they ran 2.7x slower.
+    unroll_k = 8 if in_place and nr == 4 * lanes and K % 8 == 0 and M % mr == 0 else 1
     return MatmulCPUConfig(
         mr=mr, nr=nr, lanes=lanes, pack=pack, parallel=parallel, unroll_k=unroll_k
     )
@@ -123,7 +135,7 @@ def schedule(workload: Workload, target, config: MatmulCPUConfig) -> "_tvm.Sched
             sch.parallel(sch.get_loops(pack)[0])
         if not transposed:
             sch.vectorize(sch.get_loops(pack)[-1])
-    acc = sch.cache_write(C, 0, "local")
+    acc = sch.cache_write(C, 0, ACC_SCOPE)
     sch.reverse_compute_at(acc, i0)
     crop = find_block(sch, "C_pad")
     if crop is not None:
