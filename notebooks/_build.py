@@ -44,11 +44,13 @@ print(w.func.script()[:700])'''),
   register-blocked micro-kernel over packed B panels;
 - **gpu**: block/thread binding with *cooperative* shared-memory staging (every thread copies
   one vector of each tile), register tiles and a double-buffered K loop;
-- **tensorized**: uint8 x int8 onto AVX512-VNNI `vpdpbusd` here (WMMA on a GPU)."""),
+- **tensorized**: uint8 x int8 onto AVX512-VNNI `vpdpbusd` and bf16 onto AVX512-BF16
+  `vdpbf16ps` where the CPU has them (WMMA on a GPU)."""),
     new_code_cell('''from tvm_ext.schedules.lecture import lecture_cpu_matmul
 gpu = cuda_target("sm_90")
 w8 = kernels.matmul(N, N, N, "uint8")
-from tvm_ext.schedules import matmul_vnni
+from tvm_ext.schedules import matmul_bf16, matmul_vnni
+wb = kernels.matmul(N, N, N, "bfloat16")
 rows = {
     "baseline (naive)": (w, w.func, target),
     "cpu (lecture)": (w, lecture_cpu_matmul(w), target),
@@ -57,6 +59,8 @@ rows = {
 }
 if matmul_vnni.applies(w8, target):
     rows["tensorized (VNNI u8s8)"] = (w8, schedules.schedule(w8, target), target)
+if matmul_bf16.applies(wb, target):
+    rows["tensorized (AVX512-BF16)"] = (wb, schedules.schedule(wb, target), target)
 src = tvm_ext._tvm.build(rows["gpu (shared + registers)"][1].mod, gpu).imports[0].inspect_source()
 body = src[src.index('extern "C" __global__'):]
 for line in body.splitlines():
