@@ -2,8 +2,10 @@
 
 Weights are packed once into ``W[F/fb, C, KH, KW, fb]`` (the OIHW{fb}o blocked layout), the
 padded input is materialized once, and each thread computes ``fb`` output channels x ``xt``
-output columns of one output row in vector registers: for each (c, r, s) one weight broadcast
-per output channel and one (unaligned) vector load of the input row feed ``fb`` FMAs.
+output columns of one output row in vector registers. With the vectors along channels (the
+default where full vectors divide F), each (c, r, s) step loads ``fb/lanes`` weight vectors
+and broadcasts one input value per column; along columns, one weight broadcast per channel
+and one (unaligned) vector load of the input row feed ``fb`` FMAs.
 """
 
 from __future__ import annotations
@@ -18,16 +20,25 @@ from ._base import ACC_SCOPE, check, check_config, is_cpu, lanes_for
 
 @dataclass(frozen=True)
 class Conv2dCPUConfig:
-    """``fb`` output channels x ``xt`` output columns per register tile, ``lanes`` per vector."""
+    """``fb`` output channels x ``xt`` output columns per register tile, ``lanes`` per vector;
+    ``axis``: the vectors run along output columns (``"x"``: one weight broadcast per channel
+    and one input-row load per step) or along output channels (``"f"``: one input broadcast per
+    column and one weight-vector load per step)."""
 
     fb: int = 8
     xt: int = 16
     lanes: int = 16
+    axis: str = "x"
 
     def validate(self, target, workload: Workload) -> None:
         check_config(self)
-        if self.xt % self.lanes:
-            raise ValueError(f"xt={self.xt} must be a multiple of lanes={self.lanes}")
+        if self.axis not in ("x", "f"):
+            raise ValueError(f"axis={self.axis!r}: choose 'x' (columns) or 'f' (channels)")
+        vectorized, name = (self.xt, "xt") if self.axis == "x" else (self.fb, "fb")
+        if vectorized % self.lanes:
+            raise ValueError(
+                f"{name}={vectorized} must be a multiple of lanes={self.lanes} (axis={self.axis!r})"
+            )
         if self.lanes > lanes_for(target, 32):
             raise ValueError(f"lanes={self.lanes} is wider than the target's vectors")
         ow = out_width(workload)
@@ -50,11 +61,20 @@ def applies(workload: Workload, target=None) -> bool:
 
 
 def default_config(workload: Workload, target) -> Conv2dCPUConfig:
-    """The widest vector dividing the output width, up to 8 of them per tile, and as many
-    output channels as keep the tile within 28 vector registers (measured on 1x64x56x56,
-    3x3: 4 channels x 7 ymm vectors ran 1.2x faster than 16 x 1)."""
+    """Vectors along output channels when full-width vectors divide F: one or two of them x
+    8 // that many output columns (8 accumulators, a power of two dividing the output width;
+    measured on 1x64x56x56, 1x128x28x28 and 1x32x14x14 3x3: 1.5-2.7x the column layout, and
+    odd column counts ran slow: 7 columns 57 vs 4 columns 197 GFLOP/s). Otherwise vectors
+    along columns: the widest dividing the output width, up to 8 per tile, and as many
+    channels as keep the tile within 28 vector registers."""
     ow, f = out_width(workload), workload.args["F"]
     lanes = lanes_for(target, 32)
+    if f % lanes == 0:
+        nv = 2 if f % (2 * lanes) == 0 else 1
+        xt = 8 // nv
+        while ow % xt:
+            xt //= 2
+        return Conv2dCPUConfig(fb=nv * lanes, xt=xt, lanes=lanes, axis="f")
     while ow % lanes:
         lanes //= 2
     vectors = max(v for v in range(1, 9) if (ow // lanes) % v == 0)
@@ -71,7 +91,10 @@ def schedule(workload: Workload, target, config: Conv2dCPUConfig) -> "_tvm.Sched
     n, f, y, x, c, r, s = sch.get_loops(conv)
     f0, f1 = sch.split(f, [None, config.fb])
     x0, x1 = sch.split(x, [None, config.xt])
-    sch.reorder(n, f0, y, x0, c, r, s, f1, x1)
+    if config.axis == "x":
+        sch.reorder(n, f0, y, x0, c, r, s, f1, x1)
+    else:
+        sch.reorder(n, f0, y, x0, c, r, s, x1, f1)
     packed = sch.cache_read(conv, 1, "global")
     sch.transform_layout(
         packed, ("write", 0), lambda o, i, h, w: (o // config.fb, i, h, w, o % config.fb)
@@ -81,10 +104,16 @@ def schedule(workload: Workload, target, config: Conv2dCPUConfig) -> "_tvm.Sched
     acc = sch.cache_write(conv, 0, ACC_SCOPE)
     sch.reverse_compute_at(acc, x0)
     sch.vectorize(sch.get_loops(acc)[-1])
-    xv, xl = sch.split(x1, [None, config.lanes])
-    sch.unroll(f1)
-    sch.unroll(xv)
-    sch.vectorize(xl)
+    if config.axis == "x":
+        xv, xl = sch.split(x1, [None, config.lanes])
+        sch.unroll(f1)
+        sch.unroll(xv)
+        sch.vectorize(xl)
+    else:
+        fv, fl = sch.split(f1, [None, config.lanes])
+        sch.unroll(x1)
+        sch.unroll(fv)
+        sch.vectorize(fl)
     sch.parallel(sch.fuse(n, f0, y))
     init = sch.decompose_reduction(conv, c)
     sch.vectorize(sch.get_loops(init)[-1])

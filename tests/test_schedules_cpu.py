@@ -58,6 +58,28 @@ def test_matmul_configs_on_an_awkward_shape(config, host):
     verify(S.schedule(w, host, **config), w, host)
 
 
+@pytest.mark.parametrize(
+    "w, config",
+    [
+        (K.conv2d(2, 5, 11, 12, 32, 3, 3, 1, 1), dict(axis="f", fb=16, xt=4, lanes=8)),
+        (K.conv2d(1, 3, 9, 9, 8, 3, 2, 2, 1), dict(axis="f", fb=8, xt=5, lanes=4)),
+        (K.conv2d(1, 6, 10, 10, 12, 3, 3, 1, 0), dict(axis="x", fb=3, xt=8, lanes=8)),
+    ],
+    ids=["channels-2vec", "channels-stride2-odd-width", "columns"],
+)
+def test_conv2d_both_vector_axes_on_awkward_shapes(w, config, host):
+    verify(S.schedule(w, host, **config), w, host)
+
+
+def test_conv2d_defaults_vectorize_channels_when_vectors_divide_f(host):
+    from tvm_ext.schedules._base import lanes_for
+
+    lanes = lanes_for(host)
+    wide = S.default_config(K.conv2d(1, 64, 56, 56, 64, 3, 3, 1, 1), host)
+    assert wide.axis == "f" and wide.fb % lanes == 0 and 56 % wide.xt == 0
+    assert S.default_config(K.conv2d(1, 4, 8, 8, 6), host).axis == "x"
+
+
 def test_matmul_defaults_pack_large_b_and_use_the_vector_width(host):
     from tvm_ext.schedules._base import lanes_for
 
@@ -81,6 +103,8 @@ def test_matmul_defaults_pack_large_b_and_use_the_vector_width(host):
         (K.matmul(8, 8, 8), dict(bogus=1), r"has no field \['bogus'\]"),
         (K.conv2d(1, 4, 8, 8, 6), dict(fb=4), "fb=4 must divide F=6"),
         (K.conv2d(1, 4, 8, 8, 6), dict(xt=4, lanes=4), "xt=4 must divide the output width 6"),
+        (K.conv2d(1, 4, 8, 8, 16), dict(axis="c"), "axis='c': choose"),
+        (K.conv2d(1, 4, 8, 8, 16), dict(axis="f", fb=4, lanes=8), "fb=4 must be a multiple"),
         (K.softmax(4, 8), dict(lanes=12), "lanes=12 must be a power of two"),
     ],
 )
