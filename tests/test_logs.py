@@ -2,6 +2,8 @@
 
 import json
 import shutil
+import subprocess
+import sys
 
 import pytest
 import tvm_ffi
@@ -16,7 +18,7 @@ from tvm_ext.errors import (
     WorkloadMismatch,
 )
 from tvm_ext.logs import find_logs, log_folder, read_manifest, report
-from tvm_ext.replay import replay
+from tvm_ext.replay import replay, uses_tensorize
 from tvm_ext.tune import tune
 
 W = K.matmul(32, 32, 32)
@@ -138,6 +140,79 @@ def test_corrupt_records_name_file_and_line(log_copy, host):
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(CorruptLog, match=rf"database_tuning_record.json, line {len(lines)}"):
         replay(W, host, root)
+
+
+def test_damaged_trace_is_a_corrupt_log(log_copy, host):
+    root, folder = log_copy
+    path = folder / "database_tuning_record.json"
+
+    def rename_block(node):  # every record now schedules a block the workload does not have
+        if isinstance(node, list):
+            return [rename_block(x) for x in node]
+        return "no_such_block" if node == "C" else node
+
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    damaged = [json.dumps([r[0], [rename_block(r[1][0]), *r[1][1:]]]) for r in rows]
+    path.write_text("\n".join(damaged) + "\n")
+    with pytest.raises(CorruptLog, match="the best record does not apply to this workload"):
+        replay(W, host, root)
+
+
+def test_tensorized_traces_are_recognised(host):
+    from tvm_ext import schedules as S
+
+    generic = S.schedule(K.matmul(32, 32, 32), host)
+    assert not uses_tensorize(generic.trace.as_json())
+    gpu = S.schedule(K.matmul(64, 64, 64, "float16"), {"kind": "cuda", "arch": "sm_90"})
+    assert uses_tensorize(gpu.trace.as_json())  # WMMA: needs our CUDA intrinsics registered
+
+
+def test_tensorized_log_replays_in_a_fresh_process(tmp_path, host):
+    # A fresh process has none of our intrinsics registered until replay registers them.
+    from conftest import cpu_has
+
+    if not cpu_has("avx512bf16", host):
+        pytest.skip("this CPU has no AVX512-BF16: no tensorized hand schedule to log")
+    w = K.matmul(64, 64, 64, "bfloat16")
+    tune(w.func, host, trials=2, batch=2, seed=0, log_dir=tmp_path, progress=False)
+    (folder,) = find_logs(tmp_path)
+    path = folder / "database_tuning_record.json"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    kept = [r for r in rows if uses_tensorize(r[1][0])]  # the hand schedule's record
+    assert kept, "the bf16 hand schedule is tensorized and always measured first"
+    path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+    code = (
+        "from tvm_ext import kernels as K, host_target\n"
+        "from tvm_ext.replay import replay\n"
+        "r = replay(K.matmul(64, 64, 64, 'bfloat16').func, host_target(), log_dir=%r)\n"
+        "print(r.measurement.max_rel_error)\n" % str(tmp_path)
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert float(done.stdout.split()[-1]) < 1e-3
+
+
+def test_replay_applies_the_record_the_manifest_names(log_copy, host):
+    # tune() may return the hand schedule over a record timed faster earlier (it times both
+    # side by side); the manifest then names that record and replay must apply it.
+    from tvm_ext.replay import apply_trace
+
+    root, folder = log_copy
+    rows = [json.loads(line) for line in (folder / "database_tuning_record.json").open()]
+    means = [sum(r[1][1]) / len(r[1][1]) for r in rows]
+    slowest = max(range(len(rows)), key=lambda i: means[i] if means[i] < 1e9 else -1)
+    m = read_manifest(folder)
+    for line, expected in ((slowest + 1, apply_trace(W.func, rows[slowest][1][0])), (None, None)):
+        m["best_record"] = line
+        (folder / "manifest.json").write_text(json.dumps(m))
+        got = replay(W, host, root).mod
+        if expected is not None:
+            assert tvm_ffi.structural_equal(got, expected.mod)
+    for bad, match in ((len(rows) + 5, "past the last record"), ("3", "not a line number")):
+        m["best_record"] = bad
+        (folder / "manifest.json").write_text(json.dumps(m))
+        with pytest.raises(CorruptLog, match=match):
+            replay(W, host, root)
 
 
 def test_corrupt_manifest(log_copy, host):

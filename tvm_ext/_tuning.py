@@ -120,6 +120,7 @@ def _save_log(
     workload,
     result,
     binding: str | None = None,
+    chose_hand: bool = False,
 ) -> None:
     import pathlib
 
@@ -141,7 +142,7 @@ def _save_log(
     manifest["binding"] = binding
     if result is None:
         manifest["parity"] = {"max_rel_error": None, "ok": None}  # interrupted: replay checks
-    merge_into_log(folder, pathlib.Path(work_dir), manifest)
+    merge_into_log(folder, pathlib.Path(work_dir), manifest, best_is_first_new=chose_hand)
 
 
 def _hand_schedule(workload: Workload | None, target):

@@ -121,8 +121,16 @@ def _record_lines(work_dir: pathlib.Path) -> list[str]:
     return lines
 
 
-def merge_into_log(folder: pathlib.Path, work_dir: pathlib.Path, manifest: dict) -> None:
-    """Add the records of a tuning work dir to the log ``folder`` (created if needed)."""
+def merge_into_log(
+    folder: pathlib.Path, work_dir: pathlib.Path, manifest: dict, best_is_first_new: bool = False
+) -> None:
+    """Add the records of a tuning work dir to the log ``folder`` (created if needed).
+
+    ``best_is_first_new``: the tune chose its first new record (the hand schedule, seeded
+    before the search) over the fastest recorded one (after timing both side by side); the
+    manifest's ``best_record`` then names its line, so a replay applies what the tune returned.
+    Without it, the best record is the one with the lowest mean time.
+    """
     folder.mkdir(parents=True, exist_ok=True)
     with FileLock(str(folder / ".lock")):
         workload_rows = read_json_lines(work_dir / WORKLOADS_FILE)
@@ -137,11 +145,13 @@ def merge_into_log(folder: pathlib.Path, work_dir: pathlib.Path, manifest: dict)
         _atomic_write(folder / RECORDS_FILE, "".join(line + "\n" for line in old + new))
         previous = read_manifest(folder) if (folder / MANIFEST_FILE).exists() else {}
         manifest = dict(manifest)
+        manifest["best_record"] = len(old) + 1 if best_is_first_new and new else None
         if previous:  # keep the best figures across tunes of the same workload
             manifest["tunes"] = previous.get("tunes", 1) + 1
             if previous.get("best_seconds", float("inf")) < manifest["best_seconds"]:
                 for key in ("best_seconds", "best_gflops", "parity", "binding"):
                     manifest[key] = previous[key]
+                manifest["best_record"] = previous.get("best_record")
         manifest["records"] = len(old) + len(new)
         _atomic_write(folder / MANIFEST_FILE, json.dumps(manifest, indent=2, sort_keys=True))
 

@@ -13,6 +13,7 @@ from . import _tvm
 from .errors import CorruptLog, LogVersionWarning, NoLogFound, TargetMismatch, WorkloadMismatch
 from .kernels import SUITE, Workload, from_func
 from .logs import (
+    MANIFEST_FILE,
     RECORDS_FILE,
     WORKLOADS_FILE,
     cpu_model,
@@ -113,8 +114,9 @@ def _check_target(manifest: dict, target, folder: pathlib.Path, allow_other_targ
     warnings.warn(message + "; replaying anyway (allow_other_target=True)", stacklevel=3)
 
 
-def _best_trace(folder: pathlib.Path, func):
-    """The fastest valid record's trace, parsed back into a TVM Trace."""
+def _best_trace(folder: pathlib.Path, func, chosen: int | None = None):
+    """The trace of the record the tune chose (line ``chosen`` of the records, from the
+    manifest's ``best_record``), else of the fastest valid record."""
     workloads = read_json_lines(folder / WORKLOADS_FILE)
     if len(workloads) != 1:
         raise CorruptLog(
@@ -132,11 +134,25 @@ def _best_trace(folder: pathlib.Path, func):
                 f"{folder / RECORDS_FILE}, line {number}: not a tuning record "
                 f"({type(err).__name__}: {err})"
             ) from err
+        if number == chosen:
+            if mean >= 1e9:
+                raise CorruptLog(f"{folder / MANIFEST_FILE}: best_record {chosen} is a failed run")
+            return trace_json, mean
         if mean < best_secs and mean < 1e9:
             best, best_secs = trace_json, mean
+    if chosen is not None:
+        raise CorruptLog(
+            f"{folder / MANIFEST_FILE}: best_record {chosen} is past the last record of "
+            f"{folder / RECORDS_FILE}"
+        )
     if best is None:
         raise CorruptLog(f"{folder / RECORDS_FILE} holds no successful record")
     return best, best_secs
+
+
+def uses_tensorize(trace_json) -> bool:
+    """Whether a trace (as JSON) has a Tensorize instruction (spelled ``"Tensorize"`` there)."""
+    return '"tensorize"' in json.dumps(trace_json, default=str).lower()
 
 
 def apply_trace(func, trace_json):
@@ -144,7 +160,7 @@ def apply_trace(func, trace_json):
     trace replayed onto a module an earlier replay still references crashes TVM 0.27)."""
     from tvm_ext.schedules import register_cuda_intrinsics, register_x86_intrinsics
 
-    if "tensorize" in json.dumps(trace_json):
+    if uses_tensorize(trace_json):  # our intrinsics must exist before the trace names them
         register_x86_intrinsics()
         register_cuda_intrinsics()
     mod = _tvm.tvm.ir.load_json(_tvm.tvm.ir.save_json(_tvm.as_module(func)))
@@ -173,13 +189,17 @@ def replay(
             LogVersionWarning,
             stacklevel=2,
         )
-    trace_json, _ = _best_trace(folder, func)
+    chosen = manifest.get("best_record")
+    if chosen is not None and (isinstance(chosen, bool) or not isinstance(chosen, int)):
+        raise CorruptLog(f"{folder / MANIFEST_FILE}: best_record={chosen!r} is not a line number")
+    trace_json, _ = _best_trace(folder, func, chosen)
     try:
         sch = apply_trace(func, trace_json)
-    # A damaged trace fails inside TVM's parser as a TVMError, or as the Python error of
-    # whichever conversion met the wrong type first.
+    # A damaged trace fails inside TVM (TVM 0.27's FFI raises Python's built-in error types:
+    # RuntimeError, ValueError, ...) or as the error of whichever conversion met the wrong
+    # type first.
     except (
-        _tvm.tvm.error.TVMError,
+        RuntimeError,
         TypeError,
         ValueError,
         IndexError,

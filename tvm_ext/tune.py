@@ -221,7 +221,19 @@ def tune(
     cost = evaluate(bound_policy, best, target, machine=machine, workload=workload)
     binding = cost.binding
     if folder is not None:
-        _save_log(folder, work_dir, func, target, cores, policy, stats, workload, result, binding)
+        _save_log(
+            folder,
+            work_dir,
+            func,
+            target,
+            cores,
+            policy,
+            stats,
+            workload,
+            result,
+            binding,
+            chose_hand=source == "hand schedule",
+        )
     summary = stats.as_dict() | {
         "seconds": time.perf_counter() - started,
         "hand_s": stats.initial_cut_s if hand is not None else None,
