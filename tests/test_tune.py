@@ -168,3 +168,12 @@ def test_failing_policy_stops_the_tune_and_keeps_a_valid_log(tmp_path, host):
     with pytest.raises(PolicyError, match=r"NaNPolicy\(nan-policy\) returned score_s=nan"):
         tune(w.func, host, trials=8, batch=8, policy=NaNPolicy(), log_dir=tmp_path, progress=False)
     assert replay(w, host, tmp_path).measurement.max_rel_error < 1e-4  # hand record kept
+
+
+def test_package_level_tune_and_replay_call_the_functions(monkeypatch):
+    import tvm_ext
+
+    for name in ("tune", "replay"):
+        module = getattr(tvm_ext, name)
+        monkeypatch.setattr(module, name, lambda *a, **k: (name, a, k))
+        assert getattr(tvm_ext, name)(1, target=2) == (name, (1,), {"target": 2})

@@ -14,6 +14,16 @@ from .machine import MachineModel, host_machine  # noqa: E402
 from .measure import Measurement, measure  # noqa: E402
 from .target import cuda_target, generic_target, host_target  # noqa: E402
 
+
+def __getattr__(name: str):
+    """``tvm_ext.tune`` and ``tvm_ext.replay``, imported on first use (they load MetaSchedule)."""
+    if name in ("tune", "replay"):
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "MachineModel",
     "Measurement",
@@ -27,4 +37,6 @@ __all__ = [
     "host_target",
     "kernels",
     "measure",
+    "replay",
+    "tune",
 ]

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from . import _tvm
+from ._callable_module import make_callable
 from .errors import CorruptLog, LogVersionWarning, NoLogFound, TargetMismatch, WorkloadMismatch
 from .kernels import SUITE, Workload, from_func
 from .logs import (
@@ -225,3 +226,6 @@ def replay(
         )
     }
     return ReplayResult(sch.mod, m, recorded, folder, json.dumps(trace_json))
+
+
+make_callable(__name__, "replay")  # tvm_ext.replay(obj, target) calls replay()

@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from . import _tvm
+from ._callable_module import make_callable
 from ._tuning import (
     _best,
     _close_log_handlers,
@@ -256,3 +257,6 @@ def tune(
         work_dir if keep_work_dir else None,
         str(folder) if folder is not None else None,
     )
+
+
+make_callable(__name__, "tune")  # tvm_ext.tune(mod, target) calls tune()
