@@ -6,7 +6,7 @@ import dataclasses
 
 from tvm_ext import _tvm
 from tvm_ext.errors import ScheduleNotApplicable
-from tvm_ext.target import lanes_for, vector_bits  # noqa: F401  (re-exported for the rules)
+from tvm_ext.target import has_feature, lanes_for, vector_bits  # noqa: F401  (re-exported)
 
 # Register-tile accumulators are `global`-scope buffers: TVM's LowerTVMBuiltin puts a CPU
 # allocation of that scope on the stack when it is under 1 KiB, where LLVM keeps it in

@@ -51,23 +51,29 @@ attributes #0 = { alwaysinline nounwind "target-features"="+avx512f,+avx512bf16"
 """
 
 
-def _vnni_pair():
-    """Parse the desc/impl pair (TVMScript parsing is slow: only when registering)."""
+def _dot_desc(group: int, a_dtype: str, b_dtype: str, acc: str, acc_scope: str):
+    """``C[16] += A[group] . B[16, group]``, widened to ``acc``: what a 16-lane dot product
+    instruction computes (TVMScript parsing is slow: only when registering)."""
 
     @T.prim_func(s_tir=True)
-    def _dot_16x4_desc(
-        A: T.Buffer((4,), "uint8", offset_factor=1),
-        B: T.Buffer((16, 4), "int8", offset_factor=1),
-        C: T.Buffer((16,), "int32", offset_factor=1, scope="local"),
+    def desc(
+        A: T.Buffer((group,), a_dtype, offset_factor=1),
+        B: T.Buffer((16, group), b_dtype, offset_factor=1),
+        C: T.Buffer((16,), acc, offset_factor=1, scope=acc_scope),
     ) -> None:
         with T.sblock("root"):
-            T.reads(C[0:16], A[0:4], B[0:16, 0:4])
+            T.reads(C[0:16], A[0:group], B[0:16, 0:group])
             T.writes(C[0:16])
             for i in T.serial(0, 16):
-                for k in T.serial(0, 4):
+                for k in T.serial(0, group):
                     with T.sblock("update"):
                         vi, vk = T.axis.remap("SR", [i, k])
-                        C[vi] = C[vi] + T.cast(A[vk], "int32") * T.cast(B[vi, vk], "int32")
+                        C[vi] = C[vi] + T.cast(A[vk], acc) * T.cast(B[vi, vk], acc)
+
+    return desc
+
+
+def _vnni_pair():
 
     @T.prim_func(s_tir=True)
     def _dot_16x4_vnni(
@@ -90,25 +96,10 @@ def _vnni_pair():
                 dtype="int32x16",
             )
 
-    return _dot_16x4_desc, _dot_16x4_vnni
+    return _dot_desc(4, "uint8", "int8", "int32", "local"), _dot_16x4_vnni
 
 
 def _bf16_pair():
-    @T.prim_func(s_tir=True)
-    def _dot_16x2_desc(
-        A: T.Buffer((2,), "bfloat16", offset_factor=1),
-        B: T.Buffer((16, 2), "bfloat16", offset_factor=1),
-        C: T.Buffer((16,), "float32", offset_factor=1),
-    ) -> None:
-        with T.sblock("root"):
-            T.reads(C[0:16], A[0:2], B[0:16, 0:2])
-            T.writes(C[0:16])
-            for i in T.serial(0, 16):
-                for k in T.serial(0, 2):
-                    with T.sblock("update"):
-                        vi, vk = T.axis.remap("SR", [i, k])
-                        C[vi] = C[vi] + T.cast(A[vk], "float32") * T.cast(B[vi, vk], "float32")
-
     @T.prim_func(s_tir=True)
     def _dot_16x2_avx512bf16(
         A: T.Buffer((2,), "bfloat16", offset_factor=1),
@@ -129,7 +120,7 @@ def _bf16_pair():
                 T.Cast("int64", B.elem_offset),
             )
 
-    return _dot_16x2_desc, _dot_16x2_avx512bf16
+    return _dot_desc(2, "bfloat16", "bfloat16", "float32", "global"), _dot_16x2_avx512bf16
 
 
 def register_x86_intrinsics() -> None:

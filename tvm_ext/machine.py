@@ -21,7 +21,7 @@ import platformdirs
 from . import _tvm
 from ._probe_kernels import fma_chains, stream_copy, stream_read
 from .errors import ProbeError
-from .target import as_target, lanes_for, target_cores, target_cpu
+from .target import as_target, has_feature, lanes_for, target_cores, target_cpu
 
 log = logging.getLogger(__name__)
 SCHEMA = 4
@@ -182,10 +182,6 @@ def probe_read_bandwidth(
     return 4.0 * n / seconds
 
 
-def _has_feature(target, feature: str) -> bool:
-    return bool(_tvm.global_func("target.llvm_cpu_has_feature")(feature, target))
-
-
 def probe(target=None) -> MachineModel:
     """Measure the host's peaks and bandwidths with kernels TVM generates (a few seconds)."""
     target = as_target(target)
@@ -226,7 +222,7 @@ def probe(target=None) -> MachineModel:
             raise ProbeError(f"{name} probe returned {value!r}")
     peaks = {"float32": Figure(fp32, "probed", f"{cores} cores x 16 FMA chains of 16 lanes")}
     for dtype, ratios in _ISA_RATIOS.items():
-        feature, ratio = next(((f, r) for f, r in ratios if _has_feature(target, f)), (None, 1.0))
+        feature, ratio = next(((f, r) for f, r in ratios if has_feature(target, f)), (None, 1.0))
         note = f"fp32 probe x {ratio:g} ({feature})" if feature else "no dot instruction: fp32 rate"
         peaks[dtype] = Figure(fp32 * ratio, "table", note)
     bandwidth = {

@@ -167,6 +167,11 @@ def target_cpu(target: "_tvm.Target") -> str:
     return str(target.attrs["mcpu"]) if "mcpu" in target.attrs else "generic"
 
 
+def has_feature(target, feature: str) -> bool:
+    """Whether an LLVM CPU target has an ISA feature (e.g. ``"avx512bf16"``), per LLVM's tables."""
+    return bool(_tvm.global_func("target.llvm_cpu_has_feature")(feature, target))
+
+
 def vector_bits(target) -> int:
     """Widest vector register of an llvm target, in bits (512 with AVX-512, 256 with AVX2)."""
     return int(_tvm.global_func("target.llvm_get_vector_width")(target))
