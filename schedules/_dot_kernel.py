@@ -61,7 +61,19 @@ def schedule_dot_kernel(
     width = nr if panel_layout else 16
     transposed = workload.args.get("transpose_b", False)
     sch.transform_layout(pack, ("write", 0), _pack_map(width, group, transposed))
-    sch.parallel(sch.get_loops(pack)[0])
+    # Copy in the packed order (column blocks in parallel, k groups, then each block's lines):
+    # parallel over B's rows instead scattered every write (measured 4.3x slower for a
+    # 2048x2048 bf16 B: 1.88 vs 0.44 ms). Padded or not, the dims divide by the tile here.
+    *batch, pk, pj = sch.get_loops(pack)
+    if transposed:
+        pk, pj = pj, pk
+    pk0, pk1 = sch.split(pk, [None, group])
+    pj0, pj1 = sch.split(pj, [None, width])
+    sch.reorder(*batch, pj0, pk0, pj1, pk1)
+    sch.parallel(sch.fuse(*batch, pj0) if batch else pj0)
+    sch.unroll(pk1)
+    if not transposed:
+        sch.vectorize(pj1)  # contiguous reads of B's rows
     acc = sch.cache_write(C, 0, acc_scope)
     sch.reverse_compute_at(acc, i0)
     crop = find_block(sch, "C_pad")
