@@ -177,3 +177,11 @@ def test_package_level_tune_and_replay_call_the_functions(monkeypatch):
         module = getattr(tvm_ext, name)
         monkeypatch.setattr(module, name, lambda *a, **k: (name, a, k))
         assert getattr(tvm_ext, name)(1, target=2) == (name, (1,), {"target": 2})
+
+
+def test_tune_takes_a_workload(host):
+    import tvm_ext
+
+    w = K.matmul(32, 32, 32)
+    result = tvm_ext.tune(w, host, trials=2, batch=2, seed=0, progress=False)
+    assert result.measurement.max_rel_error < 1e-4 and result.source in ("hand schedule", "search")

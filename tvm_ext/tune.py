@@ -67,7 +67,8 @@ def tune(
     hand_schedule: bool = True,
     work_dir=None,
 ) -> TuneResult:
-    """Tune a PrimFunc or single-function IRModule for ``target`` (default the host CPU).
+    """Tune a PrimFunc, single-function IRModule or suite Workload for ``target`` (default the
+    host CPU).
 
     The policy (default :class:`~tvm_ext.cost.RooflinePolicy`) ranks candidates. A proven lower
     bound drops every candidate that cannot beat the best time measured so far before it is
@@ -98,6 +99,9 @@ def tune(
         raise ValueError(f"trials={trials!r} must be a positive int")
     target = as_target(target)
     cores = target_cores(target) if target.kind.name == "llvm" else 1
+    if isinstance(mod, Workload):  # a suite workload: its function, and it is the reference
+        workload = mod if workload is None else workload
+        mod = mod.func
     mod = _tvm.as_module(mod)
     func = _tvm.main_func(mod)
     mod = _tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
