@@ -97,3 +97,13 @@ def test_target_cores_requires_num_cores():
     with pytest.raises(ValueError, match="num-cores"):
         tgt.target_cores(tvm.target.Target({"kind": "llvm"}))
     assert np.isscalar(tgt.target_cores(tgt.host_target(num_cores=1)))
+
+
+@pytest.mark.parametrize(
+    "mcpu, bits", [("haswell", 256), ("x86-64", 128), ("skylake-avx512", 512), ("znver4", 512)]
+)
+def test_vector_bits_follow_the_target_not_the_host(mcpu, bits):
+    from tvm_ext.target import lanes_for, vector_bits
+
+    t = _tvm.Target({"kind": "llvm", "mcpu": mcpu, "mtriple": "x86_64-unknown-linux-gnu"})
+    assert vector_bits(t) == bits and lanes_for(t, 32) == bits // 32

@@ -173,7 +173,16 @@ def has_feature(target, feature: str) -> bool:
 
 
 def vector_bits(target) -> int:
-    """Widest vector register of an llvm target, in bits (512 with AVX-512, 256 with AVX2)."""
+    """Widest vector register of an llvm target, in bits (512 with AVX-512, 256 with AVX2).
+
+    On x86 this reads the target's own features: TVM 0.27's ``target.llvm_get_vector_width``
+    answered 512 for a haswell (AVX2) target on an AVX-512 host.
+    """
+    triple = str(target.attrs.get("mtriple", "")) or host_triple()
+    if triple.startswith(("x86_64", "i386", "i686")):
+        if has_feature(target, "avx512f"):
+            return 512
+        return 256 if has_feature(target, "avx") else 128
     return int(_tvm.global_func("target.llvm_get_vector_width")(target))
 
 
