@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from tvm_ext import _tvm
 from tvm_ext.kernels import Workload
 
-from ._base import ACC_SCOPE, check, check_config, is_cpu, lanes_for
+from ._base import ACC_SCOPE, check, check_config, is_cpu, lanes_for, vector_bits
 
 
 @dataclass(frozen=True)
@@ -62,18 +62,23 @@ def applies(workload: Workload, target=None) -> bool:
 
 def default_config(workload: Workload, target) -> Conv2dCPUConfig:
     """Vectors along output channels when full-width vectors divide F: one or two of them x
-    8 // that many output columns (8 accumulators, a power of two dividing the output width;
-    measured on 1x64x56x56, 1x128x28x28 and 1x32x14x14 3x3: 1.5-2.7x the column layout, and
-    odd column counts ran slow: 7 columns 57 vs 4 columns 197 GFLOP/s). Otherwise vectors
-    along columns: the widest dividing the output width, up to 8 per tile, and as many
-    channels as keep the tile within 28 vector registers."""
+    the most output columns dividing the output width that keep the tile within 14
+    accumulators (AVX-512's 32 registers; 12 of AVX2's 16, not measured). Measured against
+    the column layout on 1x64x56x56, 1x128x28x28, 1x32x14x14 (3x3): 1.5-2.8x; and against
+    power-of-two column counts: 7x7 1.7x, 14x14 2.5x, 28x28 and 56x56 the same. Otherwise
+    vectors along columns: the widest dividing the output width, up to 8 per tile, and as
+    many channels as keep the tile within 28 vector registers."""
     ow, f = out_width(workload), workload.args["F"]
     lanes = lanes_for(target, 32)
     if f % lanes == 0:
-        nv = 2 if f % (2 * lanes) == 0 else 1
-        xt = 8 // nv
-        while ow % xt:
-            xt //= 2
+        budget = 14 if vector_bits(target) >= 512 else 12
+        tiles = [
+            (nv * xt, xt, nv)
+            for nv in ((1, 2) if f % (2 * lanes) == 0 else (1,))
+            for xt in range(1, budget // nv + 1)
+            if ow % xt == 0
+        ]
+        _, xt, nv = max(tiles)
         return Conv2dCPUConfig(fb=nv * lanes, xt=xt, lanes=lanes, axis="f")
     while ow % lanes:
         lanes //= 2
@@ -102,6 +107,8 @@ def schedule(workload: Workload, target, config: Conv2dCPUConfig) -> "_tvm.Sched
     sch.parallel(sch.get_loops(packed)[0])
     sch.parallel(sch.fuse(*sch.get_loops(pad)[:2]))
     acc = sch.cache_write(conv, 0, ACC_SCOPE)
+    if config.axis == "f":  # channels innermost in the tile: each accumulator one vector
+        sch.transform_layout(conv, ("write", 0), lambda n, o, h, w: (n, h, w, o))
     sch.reverse_compute_at(acc, x0)
     sch.vectorize(sch.get_loops(acc)[-1])
     if config.axis == "x":
