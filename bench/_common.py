@@ -10,7 +10,7 @@ import time
 
 import pandas as pd
 
-from tvm_ext.logs import cpu_model as cpu_name  # every figure names the CPU it ran on
+from tvm_ext.records.logs import cpu_model as cpu_name  # every figure names the CPU it ran on
 
 README = pathlib.Path(__file__).with_name("README.md")
 

@@ -15,10 +15,11 @@ import argparse
 import json
 import statistics
 
-from tvm_ext import _tvm, host_target
+from tvm_ext import host_target
 from tvm_ext import kernels as K
 from tvm_ext import schedules as S
-from tvm_ext.measure import verify
+from tvm_ext.base import tvm_api
+from tvm_ext.facts.measure import verify
 
 
 def main() -> None:
@@ -30,15 +31,15 @@ def main() -> None:
     w = eval(args.workload, {"K": K})  # noqa: S307  (a benchmark's own command line)
     target = host_target()
     print(w.key, "default:", S.default_config(w, target))
-    dev = _tvm.tvm.cpu()
+    dev = tvm_api.cpu()
     libs = []
     for text in args.configs:
         sch = S.schedule(w, target, **json.loads(text))
         verify(sch, w, target)
-        libs.append((text, _tvm.build(sch.mod, target)))
-    tensors = [_tvm.tensor(a, dev) for a in w.inputs(0)]  # every parameter, outputs included
+        libs.append((text, tvm_api.build(sch.mod, target)))
+    tensors = [tvm_api.tensor(a, dev) for a in w.inputs(0)]  # every parameter, outputs included
     times = {text: [] for text, _ in libs}
-    with _tvm.threads(_tvm.physical_cores()):
+    with tvm_api.threads(tvm_api.physical_cores()):
         for _ in range(args.rounds):
             for text, lib in libs:
                 ev = lib.time_evaluator(lib.entry_name, dev, number=1, repeat=5, min_repeat_ms=30)

@@ -48,7 +48,7 @@ WORKLOADS = [
 ]
 
 
-def _make(spec):
+def make_workload(spec):
     from tvm_ext import kernels
 
     kernel, args, kwargs = spec
@@ -57,22 +57,21 @@ def _make(spec):
 
 def run_one(index: int, trials: int, batch: int, seed: int) -> dict:
     """Tune workload ``index`` in this process and freeze its records; returns a summary."""
-    from tvm_ext import _tvm, host_target
-    from tvm_ext._tuning import _best, metaschedule_search
-    from tvm_ext.logs import log_folder, make_manifest, merge_into_log
-    from tvm_ext.measure import measure
+    from tvm_ext import host_target
+    from tvm_ext.facts.measure import measure
+    from tvm_ext.records.logs import log_folder, make_manifest, merge_into_log, run_seconds
+    from tvm_ext.search.stages import best_in, prepare
+    from tvm_ext.search.stock import metaschedule_search
 
     started = time.perf_counter()
-    w, target = _make(WORKLOADS[index]), host_target()
+    w, target = make_workload(WORKLOADS[index]), host_target()
     cores = int(target.attrs["num-cores"])
     work_dir = tempfile.mkdtemp(prefix="tvm-ext-dataset-")
-    ms = _tvm.meta_schedule()
     database = metaschedule_search(w.func, target, work_dir, trials=trials, batch=batch, seed=seed)
-    mod = _tvm.IRModule({"main": w.func.with_attr("global_symbol", "main")})
-    best, _ = _best(ms, database, mod, target)
+    best = best_in(prepare(w, target, with_machine=False), database)
     result = measure(best, w, target)  # parity first: raises ParityError on a wrong kernel
     records = database.get_all_tuning_records()
-    failed = sum(1 for r in records if min(float(s) for s in r.run_secs) >= 1e9)
+    failed = sum(1 for r in records if run_seconds(r.run_secs) is None)
     manifest = make_manifest(
         w.func,
         target,

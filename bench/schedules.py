@@ -20,7 +20,7 @@ from threadpoolctl import threadpool_limits
 from tvm_ext import host_machine, host_target, measure
 from tvm_ext import kernels as K
 from tvm_ext import schedules as S
-from tvm_ext._tvm import physical_cores
+from tvm_ext.base.tvm_api import physical_cores
 
 WORKLOADS = [
     ("matmul 256x256x32", K.matmul(256, 256, 32)),

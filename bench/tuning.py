@@ -1,10 +1,10 @@
-"""Stock MetaSchedule vs ``tvm_ext.tune``, same workloads, trial budget, seed and threads.
+"""Stock MetaSchedule vs ``tvm_ext.search.tuner``, same workloads, trial budget, seed and threads.
 
 Each arm of each workload runs in a fresh process, one at a time (never two tunings at once):
 stock is ``tune_tir`` with its defaults (evolutionary search, XGB model, stock rules) except
 that its runner uses the physical cores (TVM's default is half the hardware threads) and its
 builder gets a 120 s timeout (the default 30 s kills builds while fresh workers import every
-tensor intrinsic). Ours is ``tvm_ext.tune`` in audit mode (dropped candidates are measured
+tensor intrinsic). Ours is ``tvm_ext.search.tuner`` in audit mode (dropped candidates are measured
 too, to count regrets). Every measured candidate of both arms is checked against our
 roofline bound (a violation is a run faster than its bound).
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pathlib
 import subprocess
 import sys
 import tempfile
@@ -39,46 +40,27 @@ def _workload(name):
 
 def _records(work_dir):
     """(seconds or None) per measured trial, in measurement order, from a JSON database."""
-    path = os.path.join(work_dir, "database_tuning_record.json")
-    out = []
-    with open(path) as f:
-        for line in f:
-            secs = json.loads(line)[1][1]
-            value = None if not secs or min(secs) >= 1e9 else sum(secs) / len(secs)
-            out.append(value)
-    return out
+    from tvm_ext.records.logs import read_records
+
+    return [r.seconds for r in read_records(pathlib.Path(work_dir))]
 
 
 def _bounds(work_dir, w, target):
-    """Our roofline lower bound of every record of a database, in order."""
+    """Our roofline lower bound of every record of a database, in order (None for a record
+    whose trace no longer applies)."""
     from tvm_ext.cost import RooflinePolicy, evaluate
 
-    from tvm_ext import _tvm
+    from tvm_ext.records.logs import apply_trace, read_records
 
-    ms = _tvm.meta_schedule()
-    db = ms.database.JSONDatabase(work_dir=work_dir)
-    mod = _tvm.as_module(w.func)
-    # A record's trace stops before the postprocessors that turn MetaSchedule's annotations
-    # into parallel/vectorized loops: run them, as the search did before building.
-    ctx = ms.TuneContext(
-        mod=mod,
-        target=target,
-        space_generator=ms.space_generator.PostOrderApply(
-            sch_rules=[], postprocs="llvm", mutator_probs={}
-        ),
-    )
-    postprocs = ctx.space_generator.postprocs
     policy, bounds = RooflinePolicy(), []
-    for rec in db.get_all_tuning_records():
-        sch = _tvm.Schedule(_tvm.tvm.ir.load_json(_tvm.tvm.ir.save_json(mod)))
+    for record in read_records(pathlib.Path(work_dir)):
         try:
-            rec.trace.apply_to_schedule(sch, remove_postproc=True)
-            if not all(p.apply(sch) for p in postprocs):
-                bounds.append(None)
-                continue
-            bounds.append(evaluate(policy, sch, target, workload=w).lower_bound_s)
-        except Exception:  # noqa: BLE001  a trace that no longer applies has no bound
+            sch = apply_trace(w.func, record.trace_json)  # the post-processed, built schedule
+        except (RuntimeError, ValueError) as err:
+            print(f"record {record.line} does not apply: {str(err).splitlines()[0]}")
             bounds.append(None)
+            continue
+        bounds.append(evaluate(policy, sch, target, workload=w).lower_bound_s)
     return bounds
 
 
@@ -87,7 +69,8 @@ def run_arm(arm: str, name: str, trials: int, batch: int, seed: int, out: str) -
     started = time.perf_counter()
     import functools
 
-    from tvm_ext import _tvm, host_target
+    from tvm_ext import host_target
+    from tvm_ext.base import tvm_api
 
     w, target = _workload(name), host_target()
     cores = int(target.attrs["num-cores"])
@@ -97,7 +80,7 @@ def run_arm(arm: str, name: str, trials: int, batch: int, seed: int, out: str) -
         import tvm.s_tir.meta_schedule as ms  # the stock path imports every intrinsic itself
 
         ms.tir_integration.tune_tir(
-            _tvm.as_module(w.func),
+            tvm_api.as_module(w.func),
             target,
             work_dir,
             max_trials_global=trials,
@@ -105,13 +88,13 @@ def run_arm(arm: str, name: str, trials: int, batch: int, seed: int, out: str) -
             seed=seed,
             builder=ms.builder.LocalBuilder(timeout_sec=120),
             runner=ms.runner.LocalRunner(
-                initializer=functools.partial(_tvm.set_runner_threads, cores)
+                initializer=functools.partial(tvm_api.set_runner_threads, cores)
             ),
         )
         summary["dropped_per_batch"] = []
         summary.update(dropped=0, regrets=0, initial_cut_dropped=0)
     else:
-        from tvm_ext.tune import tune
+        from tvm_ext.search.tuner import tune
 
         r = tune(
             w.func,
@@ -258,7 +241,7 @@ def main() -> None:
 
         write_section(
             "tuning",
-            f"### Stock MetaSchedule vs tvm_ext.tune ({args.trials} trials, "
+            f"### Stock MetaSchedule vs tvm_ext.search.tuner ({args.trials} trials, "
             f"batches of {args.batch}, seed {args.seed}, same threads)",
             table,
         )

@@ -53,19 +53,19 @@ ARMS = (
 
 def run_arm(arm: str, index: int, trials: int, batch: int, seed: int, model: str) -> dict:
     sys.path.insert(0, str(HERE))
-    from build_dataset import _make
+    from build_dataset import make_workload
     from tvm_ext.cost import XGBoostPolicy
 
     from tvm_ext import host_target
-    from tvm_ext._tuning import metaschedule_search
-    from tvm_ext.machine import host_machine
+    from tvm_ext.facts.machine import host_machine
+    from tvm_ext.search.stock import metaschedule_search
 
     started = time.perf_counter()
-    w, target = _make(build_dataset_workload(index)), host_target()
+    w, target = make_workload(build_dataset_workload(index)), host_target()
     machine = host_machine(target)
     work_dir = tempfile.mkdtemp(prefix="bench-warm-")
     if arm.startswith("stock"):
-        from tvm_ext.cost.metaschedule import WarmStartModel, pretrained_xgb_model
+        from tvm_ext.search.adapters import WarmStartModel, pretrained_xgb_model
 
         if arm == "stock":
             cost_model, trials = None, max(trials, STOCK_TRIALS)  # cold: MetaSchedule's own
@@ -83,7 +83,7 @@ def run_arm(arm: str, index: int, trials: int, batch: int, seed: int, model: str
     else:
         from tvm_ext.cost import RooflinePolicy
 
-        from tvm_ext.tune import tune
+        from tvm_ext.search.tuner import tune
 
         policy = XGBoostPolicy.load(model) if "xgboost" in arm else RooflinePolicy()
         setup_s = time.perf_counter() - started
@@ -158,12 +158,12 @@ def main() -> None:
     import pandas as pd
     from tvm_ext.cost import XGBoostPolicy, dataset
 
-    from tvm_ext.logs import cpu_model
+    from tvm_ext.records.logs import cpu_model
 
     sys.path.insert(0, str(HERE))
-    from build_dataset import _make
+    from build_dataset import make_workload
 
-    keys = [_make(build_dataset_workload(i)).key for i in args.held_out]
+    keys = [make_workload(build_dataset_workload(i)).key for i in args.held_out]
     data = dataset(DATASET)
     train = data[~data["workload"].isin(keys)]
     model = tempfile.mktemp(suffix=".json")
@@ -184,7 +184,7 @@ def main() -> None:
             subprocess.run(cmd, check=True)
             results[arm] = json.loads(pathlib.Path(out).read_text())
             print(f"{key}: {arm} done in {results[arm]['wall_s']:.0f} s", flush=True)
-        flops = _make(build_dataset_workload(index)).flops
+        flops = make_workload(build_dataset_workload(index)).flops
         best = min(t for r in results.values() for t in r["times"] if t is not None)
         goal = best / 0.95  # 95 % of the best known GFLOP/s
         curves[key] = {arm: r["times"] for arm, r in results.items()}

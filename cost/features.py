@@ -15,11 +15,11 @@ from dataclasses import asdict, dataclass, field, fields
 from types import MappingProxyType
 from typing import Mapping
 
-from tvm_ext import _tvm
-from tvm_ext.kernels import Workload, from_func, np_dtype
-from tvm_ext.target import as_target, lanes_for, target_cores
+from tvm_ext.base import tvm_api
+from tvm_ext.facts.kernels import Workload, from_func, np_dtype
+from tvm_ext.facts.target import as_target, lanes_for, target_cores
 
-from ._walk import BlockFacts, Unsupported, _Walker  # noqa: F401  (BlockFacts re-exported)
+from .walk import BlockFacts, Unsupported, Walker  # noqa: F401  (BlockFacts re-exported)
 
 
 @dataclass(frozen=True)
@@ -78,8 +78,8 @@ def _on_chip_bytes(mod) -> tuple[int, int]:
     Buffers are declared at full size until TVM compacts them to the region each block
     uses; a software-pipelined loop keeps one copy of its shared buffers per stage.
     """
-    tx = _tvm.tvm.s_tir.transform
-    compact = _tvm.tvm.transform.Sequential(
+    tx = tvm_api.s_tir.transform
+    compact = tvm_api.transform.Sequential(
         [
             tx.LowerCrossThreadReduction(),
             tx.LowerInitBlock(),
@@ -91,11 +91,10 @@ def _on_chip_bytes(mod) -> tuple[int, int]:
     text = mod.script()
     stages = 2 if "software_pipeline_stage" in text else 1
     shared = local = 0
-    pending = [_tvm.main_func(compact).body]
+    pending = [tvm_api.main_func(compact).body]
     while pending:
         node = pending.pop()
-        kind = type(node).__name__
-        if kind == "SBlockRealize":
+        if isinstance(node, tvm_api.s_tir.SBlockRealize):
             node = node.block
             for buf in node.alloc_buffers:
                 size = math.prod(int(d) for d in buf.shape) * np_dtype(str(buf.dtype)).itemsize
@@ -104,15 +103,15 @@ def _on_chip_bytes(mod) -> tuple[int, int]:
                     shared += size * stages
                 elif scope == "local" or scope.startswith("wmma"):
                     local += size
-        if kind in ("For", "SBlock") or kind == "SBlockRealize":
+        if isinstance(node, (tvm_api.tirx.For, tvm_api.s_tir.SBlock)):
             pending.append(node.body)
-        elif kind == "SeqStmt":
+        elif isinstance(node, tvm_api.tirx.SeqStmt):
             pending.extend(node.seq)
     return shared, local
 
 
 def _param_bytes(func) -> int:
-    return sum(math.prod(s) * np_dtype(d).itemsize for s, d in _tvm.param_specs(func))
+    return sum(math.prod(s) * np_dtype(d).itemsize for s, d in tvm_api.param_specs(func))
 
 
 N_STORE_FEATURES = 164  # the width of MetaSchedule's PerStoreFeature rows (TVM 0.27)
@@ -128,7 +127,7 @@ def store_feature_summary(obj, target) -> tuple[float, ...]:
     the max of each of the 164 columns over stores."""
     import numpy as np
 
-    ms = _tvm.meta_schedule()
+    ms = tvm_api.meta_schedule()
     target = as_target(target)
     key = str(target)
     if key not in _STORE_CONTEXTS:
@@ -137,9 +136,9 @@ def store_feature_summary(obj, target) -> tuple[float, ...]:
             ms.feature_extractor.PerStoreFeature(extract_workload=False),
         )
     context, extractor = _STORE_CONTEXTS[key]
-    mod = _tvm.as_module(obj)
-    sch = obj if isinstance(obj, _tvm.Schedule) else _tvm.Schedule(mod)
-    args = ms.arg_info.ArgInfo.from_prim_func(_tvm.main_func(mod))
+    mod = tvm_api.as_module(obj)
+    sch = obj if isinstance(obj, tvm_api.Schedule) else tvm_api.Schedule(mod)
+    args = ms.arg_info.ArgInfo.from_prim_func(tvm_api.main_func(mod))
     matrix = extractor.extract_from(context, [ms.MeasureCandidate(sch, args)])[0].numpy()
     count = float(matrix.shape[0])
     if matrix.shape[0] == 0:
@@ -157,11 +156,11 @@ def features(
     """Derive :class:`CandidateFeatures` of a ``Schedule``, ``IRModule`` or ``PrimFunc``
     (with ``stores=True`` also MetaSchedule's per-store summary, for learned policies)."""
     target = as_target(target)
-    func = _tvm.main_func(_tvm.as_module(obj))
+    func = tvm_api.main_func(tvm_api.as_module(obj))
     workload = workload if workload is not None else from_func(func)
     kind = target.kind.name
     cores = target_cores(target) if kind == "llvm" else 1
-    walker = _Walker(cores, lanes_for(target, 32) if kind == "llvm" else 1)
+    walker = Walker(cores, lanes_for(target, 32) if kind == "llvm" else 1)
     missing: dict[str, str] = {}
     try:
         walker.stmt(func.body, [])
@@ -190,7 +189,7 @@ def features(
         missing.setdefault("bytes", "access counts: " + missing.get("flops", "unsupported blocks"))
     agg = blocks or None
     gpu = kind == "cuda"
-    shared, local = _on_chip_bytes(_tvm.as_module(obj)) if gpu else (None, None)
+    shared, local = _on_chip_bytes(tvm_api.as_module(obj)) if gpu else (None, None)
     threads = (
         math.prod(v for k, v in walker.threads.items() if k.startswith("threadIdx"))
         if gpu

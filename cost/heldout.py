@@ -30,8 +30,8 @@ import random
 
 import numpy as np
 
-from tvm_ext import _tvm
-from tvm_ext.errors import DatasetError
+from tvm_ext.base import tvm_api
+from tvm_ext.base.errors import DatasetError
 
 from .features import CandidateFeatures
 from .learned import XGBoostPolicy
@@ -104,12 +104,12 @@ class _StockCandidates:
 
 
 def _runner_results(seconds):
-    ms = _tvm.meta_schedule()
+    ms = tvm_api.meta_schedule()
     return [ms.runner.RunnerResult([float(s)], None) for s in seconds]
 
 
 def _stock_model():
-    ms = _tvm.meta_schedule()
+    ms = tvm_api.meta_schedule()
     return ms.cost_model.XGBModel(num_tuning_cores=1, num_warmup_samples=STOCK_WARMUP)
 
 
@@ -166,7 +166,7 @@ def evaluate_policies(
     replay candidates; without them those rows are left out."""
     import pandas as pd
 
-    from tvm_ext.machine import host_machine
+    from tvm_ext.facts.machine import host_machine
 
     data = check_training_data(data, 50, ("features_json", "rf_log_score", "order"))
     machine = machine if machine is not None else host_machine()

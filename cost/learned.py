@@ -22,12 +22,12 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from tvm_ext.errors import DatasetError, ModelFileError, PolicyError
+from tvm_ext.base.errors import DatasetError, ModelFileError, PolicyError
 
 from .features import CandidateFeatures
 from .policy import Cost, ExecutionCostPolicy, read_policy_file
 from .roofline import RooflinePolicy
-from .training_data import _numeric_features, _store_columns, check_training_data, feature_columns
+from .training_data import check_training_data, feature_columns, numeric_features, store_columns
 
 MODEL_SCHEMA = 1
 MIN_TRAINING_ROWS = 50
@@ -130,7 +130,7 @@ class XGBoostPolicy(ExecutionCostPolicy):
                 f"candidate has none ({dict(candidate.missing)})",
                 policy="XGBoostPolicy(xgboost)",
             )
-        row = _numeric_features(candidate, bound) | _store_columns(candidate.store_features)
+        row = numeric_features(candidate, bound) | store_columns(candidate.store_features)
         x = np.array([[row.get(c, math.nan) for c in self.columns]], dtype="float64")
         residual = float(self.booster.inplace_predict(x)[0])
         seconds = bound.lower_bound_s * 10.0**residual

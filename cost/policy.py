@@ -4,7 +4,7 @@ A policy implements ``coefficients(limits, basis, prior)`` (the numbers it price
 the machine's limits) and ``cost(candidate, coefficients) -> Cost``. Everything calls a policy
 through :func:`evaluate`, which derives the candidate's features, checks hard constraints
 (no score waives them), and validates every number the policy returns: NaN, infinity,
-negative values or invalid coefficients raise :class:`~tvm_ext.errors.PolicyError` naming the
+negative values or invalid coefficients raise :class:`~tvm_ext.base.errors.PolicyError` naming the
 policy. A subclass may override either hook alone.
 """
 
@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping, Sequence
 
-from tvm_ext.errors import PolicyError
-from tvm_ext.machine import MachineModel, host_machine
-from tvm_ext.target import as_target, host_target
+from tvm_ext.base.errors import PolicyError
+from tvm_ext.facts.machine import MachineModel, host_machine
+from tvm_ext.facts.target import as_target, host_target
 
 from .features import CandidateFeatures, features
 
@@ -75,11 +75,11 @@ class ExecutionCostPolicy:
 
 def read_policy_file(path, kind: str, schema: int, required=()) -> dict:
     """The JSON of a saved profile or model, checked for its ``kind``, ``schema`` and
-    ``required`` keys; anything else is a :class:`~tvm_ext.errors.ModelFileError` naming it."""
+    ``required`` keys; anything else is a :class:`~tvm_ext.base.errors.ModelFileError` naming it."""
     import json
     import pathlib
 
-    from tvm_ext.errors import ModelFileError
+    from tvm_ext.base.errors import ModelFileError
 
     path = pathlib.Path(path)
     try:

@@ -28,7 +28,7 @@ import math
 from types import MappingProxyType
 from typing import Mapping, Sequence
 
-from tvm_ext.machine import MachineModel
+from tvm_ext.facts.machine import MachineModel
 
 from .features import CandidateFeatures
 from .policy import Cost, ExecutionCostPolicy

@@ -11,7 +11,7 @@ speed: a block on ``n`` cores is served by ``min(n, capacity)`` of them.
 relative error (each row divided by its measured time) for each capacity of a grid, keeping
 the best; the profile records its provenance and is saved as JSON. An explicit profile never
 falls back: a candidate whose facts a term needs are unavailable raises
-:class:`~tvm_ext.errors.PolicyError` instead of mixing units. The policy ranks; it never
+:class:`~tvm_ext.base.errors.PolicyError` instead of mixing units. The policy ranks; it never
 proves a bound, so it never prunes.
 """
 
@@ -27,7 +27,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from tvm_ext.errors import DatasetError, ModelFileError, PolicyError
+from tvm_ext.base.errors import DatasetError, ModelFileError, PolicyError
 
 from .features import CandidateFeatures
 from .policy import Cost, ExecutionCostPolicy, read_policy_file
@@ -190,7 +190,7 @@ def calibrate(data, *, machine=None, capacities: Sequence[float] | None = None) 
     """Fit a :class:`ServiceProfile` to the measured rows of a :func:`dataset` frame."""
     from scipy.optimize import nnls
 
-    from tvm_ext.machine import host_machine
+    from tvm_ext.facts.machine import host_machine
 
     from .training_data import MIN_CALIBRATION_ROWS, check_training_data
 

@@ -1,6 +1,6 @@
 """Training data for calibrated and learned policies: one row per candidate of frozen logs.
 
-:func:`dataset` reads tuning logs (the folders :mod:`tvm_ext.logs` writes) and replays every
+:func:`dataset` reads tuning logs (the folders :mod:`tvm_ext.records.logs` writes) and replays every
 record's trace on its workload, then derives three groups of columns:
 
 - identity and label: workload key, kernel kind, shape, dtype, target key, CPU model, the
@@ -28,23 +28,22 @@ import pathlib
 import tempfile
 from typing import Iterable
 
-import numpy as np
-
-from tvm_ext import _tvm
-from tvm_ext.errors import CorruptLog, LogError
-from tvm_ext.logs import (
+from tvm_ext.base import tvm_api
+from tvm_ext.base.errors import CorruptLog, LogError
+from tvm_ext.records.logs import (
     MANIFEST_FILE,
     RECORDS_FILE,
     WORKLOADS_FILE,
+    apply_trace,
     find_logs,
     read_json_lines,
     read_manifest,
+    read_records,
 )
 
 from .features import STORE_SUMMARY
 
 FEATURE_VERSION = 1
-FAILED_SECONDS = 1e9  # MetaSchedule records a failed run as 1e10 s
 ROOFLINE_ARMS = ("compute", "memory.llc", "memory.dram", "dependency")
 ID_COLUMNS = (
     "workload",
@@ -77,7 +76,7 @@ def log_folders(log_dirs) -> list[pathlib.Path]:
     return folders
 
 
-def _numeric_features(feats, cost) -> dict:
+def numeric_features(feats, cost) -> dict:
     """Our candidate facts and the roofline's arms as plain numbers (NaN when unavailable)."""
     nan = float("nan")
     blocks = feats.blocks
@@ -113,7 +112,7 @@ def _numeric_features(feats, cost) -> dict:
     return row
 
 
-def _store_columns(summary) -> dict:
+def store_columns(summary) -> dict:
     return {f"ms_{name}": value for name, value in zip(STORE_SUMMARY, summary)}
 
 
@@ -123,23 +122,15 @@ def _cache_path(folder: pathlib.Path) -> pathlib.Path:
     return folder / f"features-{digest.hexdigest()[:12]}.csv.gz"
 
 
-def _seconds(run_secs) -> float | None:
-    values = [float(s) for s in run_secs or ()]
-    if not values or any(not math.isfinite(v) or v >= FAILED_SECONDS for v in values):
-        return None
-    return float(np.mean(values))
-
-
 class ReplayedLog:
     """The records of one log folder, each replayed on its workload (post-processors run, as
     the search ran them before building): ``entries`` holds, in measurement order,
     ``(order, seconds or None, schedule or None, status)``."""
 
     def __init__(self, folder: pathlib.Path):
-        from tvm_ext.kernels import from_func
+        from tvm_ext.facts.kernels import from_func
 
-        ms = _tvm.meta_schedule()
-        tvm = _tvm.tvm
+        ms = tvm_api.meta_schedule()
         self.folder = pathlib.Path(folder)
         self.manifest = read_manifest(self.folder)
         workload_rows = read_json_lines(self.folder / WORKLOADS_FILE)
@@ -147,11 +138,11 @@ class ReplayedLog:
             raise CorruptLog(f"{self.folder / WORKLOADS_FILE}: expected one workload")
         try:
             db_workload = ms.database.Workload.from_json(workload_rows[0])
-            self.target = tvm.target.Target(self.manifest["target"])
+            self.target = tvm_api.Target(self.manifest["target"])
         except Exception as err:  # noqa: BLE001  any parse failure of a log is a CorruptLog
             raise CorruptLog(f"{self.folder}: workload or target does not parse: {err}") from err
         self.mod = db_workload.mod
-        self.workload = from_func(_tvm.main_func(self.mod))
+        self.workload = from_func(tvm_api.main_func(self.mod))
         self.context = ms.TuneContext(
             mod=self.mod,
             target=self.target,
@@ -159,34 +150,25 @@ class ReplayedLog:
                 sch_rules=[], postprocs=self.target.kind.name, mutator_probs={}
             ),
         )
-        self.args_info = ms.arg_info.ArgInfo.from_prim_func(_tvm.main_func(self.mod))
-        postprocs = self.context.space_generator.postprocs
+        self.args_info = ms.arg_info.ArgInfo.from_prim_func(tvm_api.main_func(self.mod))
         self.entries = []
-        for order, line in enumerate(read_json_lines(self.folder / RECORDS_FILE)):
-            try:
-                record = ms.database.TuningRecord.from_json(line[1], db_workload)
-            except Exception as err:  # noqa: BLE001
-                raise CorruptLog(
-                    f"{self.folder / RECORDS_FILE}, record {order + 1}: {err}"
-                ) from err
-            secs = _seconds(record.run_secs)
-            if secs is None:
+        for record in read_records(self.folder):
+            order = record.line - 1
+            if record.failed:
                 self.entries.append((order, None, None, "failed"))
                 continue
-            sch = _tvm.Schedule(tvm.ir.load_json(tvm.ir.save_json(self.mod)))
-            try:
-                record.trace.apply_to_schedule(sch, remove_postproc=True)
-                applied = all(p.apply(sch) for p in postprocs)
-            except Exception:  # noqa: BLE001  a trace that no longer applies: kept apart
-                applied = False
-            if applied:
-                self.entries.append((order, secs, sch, "ok"))
-            else:
+            try:  # the schedule as built: a trace records its post-processing steps too
+                sch = apply_trace(self.mod, record.trace_json)
+            # A trace that no longer applies (TVM 0.27's FFI raises Python's built-in types)
+            # is kept apart, never given a time.
+            except (RuntimeError, ValueError, TypeError, IndexError, KeyError, AttributeError):
                 self.entries.append((order, None, None, "unreplayable"))
+                continue
+            self.entries.append((order, record.seconds, sch, "ok"))
 
     def measure_candidates(self, orders=None) -> list:
         """MetaSchedule measure candidates of the replayed records (all, or ``orders``)."""
-        ms = _tvm.meta_schedule()
+        ms = tvm_api.meta_schedule()
         by_order = {o: sch for o, _, sch, _ in self.entries if sch is not None}
         orders = sorted(by_order) if orders is None else [int(o) for o in orders]
         return [ms.MeasureCandidate(by_order[o], self.args_info) for o in orders]
@@ -216,8 +198,8 @@ def _folder_rows(folder: pathlib.Path, machine) -> list[dict]:
         if sch is not None:
             feats = features(sch, target, w, stores=True)
             cost = evaluate(policy, sch, target, machine=machine, workload=w)
-            row.update(_numeric_features(feats, cost))
-            row.update(_store_columns(feats.store_features))
+            row.update(numeric_features(feats, cost))
+            row.update(store_columns(feats.store_features))
             slim = feats.to_dict() | {"store_features": None}  # the ms_* columns hold them
             row["features_json"] = json.dumps(slim, sort_keys=True)
         rows.append(row)
@@ -257,7 +239,7 @@ def dataset(
     """
     import pandas as pd
 
-    from tvm_ext.machine import host_machine
+    from tvm_ext.facts.machine import host_machine
 
     folders = log_folders(log_dirs)
     if machine is None:
@@ -285,7 +267,7 @@ def check_training_data(data, min_rows: int, columns=()):
     """The measured rows of ``data`` with a positive finite time, or a DatasetError."""
     import pandas as pd
 
-    from tvm_ext.errors import DatasetError
+    from tvm_ext.base.errors import DatasetError
 
     if not isinstance(data, pd.DataFrame):
         raise TypeError(f"expected a dataset DataFrame, not {type(data).__name__}")

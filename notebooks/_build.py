@@ -19,7 +19,7 @@ QUICK = os.environ.get("TVM_EXT_NOTEBOOK_QUICK") == "1"  # CI runs small shapes
 FIGURES = pathlib.Path("figures"); FIGURES.mkdir(exist_ok=True)
 import tvm_ext
 from tvm_ext import kernels, measure, schedules, host_target, cuda_target
-from tvm_ext.logs import cpu_model
+from tvm_ext.records.logs import cpu_model
 target = host_target()
 print(f"{cpu_model()} ({target.attrs['mcpu']}), {target.attrs['num-cores']} threads, quick={QUICK}")'''
 
@@ -46,7 +46,8 @@ print(w.func.script()[:700])'''),
   one vector of each tile), register tiles and a double-buffered K loop;
 - **tensorized**: uint8 x int8 onto AVX512-VNNI `vpdpbusd` and bf16 onto AVX512-BF16
   `vdpbf16ps` where the CPU has them (WMMA on a GPU)."""),
-    new_code_cell('''from tvm_ext.schedules.lecture import lecture_cpu_matmul
+    new_code_cell('''import tvm
+from tvm_ext.schedules.lecture import lecture_cpu_matmul
 gpu = cuda_target("sm_90")
 w8 = kernels.matmul(N, N, N, "uint8")
 from tvm_ext.schedules import matmul_bf16, matmul_vnni
@@ -61,7 +62,7 @@ if matmul_vnni.applies(w8, target):
     rows["tensorized (VNNI u8s8)"] = (w8, schedules.schedule(w8, target), target)
 if matmul_bf16.applies(wb, target):
     rows["tensorized (AVX512-BF16)"] = (wb, schedules.schedule(wb, target), target)
-src = tvm_ext._tvm.build(rows["gpu (shared + registers)"][1].mod, gpu).imports[0].inspect_source()
+src = tvm.tirx.build(rows["gpu (shared + registers)"][1].mod, target=gpu).imports[0].inspect_source()
 body = src[src.index('extern "C" __global__'):]
 for line in body.splitlines():
     if "__shared__" in line or "__syncthreads" in line or "__global__" in line:
@@ -71,7 +72,7 @@ Every row is checked against the numpy reference before it is timed; a GPU sched
 only where a GPU is present."""),
     new_code_cell('''import pandas as pd
 from tvm_ext.cost import RooflinePolicy, evaluate
-have_gpu = tvm_ext._tvm.tvm.cuda(0).exist
+have_gpu = tvm.cuda(0).exist
 records = []
 for name, (wl, obj, tgt) in rows.items():
     if tgt.kind.name == "cuda" and not have_gpu:
@@ -125,14 +126,14 @@ recorded one. A tampered log is refused with an error that says what differs."""
     new_code_cell(SETUP),
     new_markdown_cell("## The shipped logs"),
     new_code_cell('''import pathlib
-from tvm_ext.logs import report, find_logs
-from tvm_ext.machine import host_machine
+from tvm_ext.records.logs import report, find_logs
+from tvm_ext.facts.machine import host_machine
 ROOT = pathlib.Path(tvm_ext.__file__).resolve().parent.parent / "tuning_logs"  # the repo's logs
 report(ROOT, host_machine())'''),
     new_markdown_cell("""## Replay one: no search, parity, a fresh time
 On another CPU than the one that froze the log, replay needs `allow_other_target=True`."""),
     new_code_cell('''import warnings
-from tvm_ext.replay import replay
+from tvm_ext.search.replayer import replay
 name = "matmul_M256_N256_K32_float32" if QUICK else "matmul_M512_N512_K512_float32"
 folder = next(p for p in find_logs(ROOT) if p.name == name)
 with warnings.catch_warnings(record=True) as caught:
@@ -147,7 +148,7 @@ pd.DataFrame([{"": "recorded", "GFLOP/s": r.recorded["best_gflops"], "when": r.r
               {"": "replayed", "GFLOP/s": r.measurement.gflops, "when": "now", "cpu": cpu_model()}])'''),
     new_markdown_cell("## A tampered copy is refused, saying why"),
     new_code_cell('''import json, shutil, tempfile
-from tvm_ext.errors import LogError
+from tvm_ext.base.errors import LogError
 tmp = pathlib.Path(tempfile.mkdtemp()) / folder.name
 shutil.copytree(folder, tmp)
 manifest = json.loads((tmp / "manifest.json").read_text())
@@ -178,7 +179,7 @@ against the roofline and MetaSchedule's own model."""),
     new_code_cell(SETUP),
     new_markdown_cell("""## The kernel and one audited tuning run
 Audit mode measures even the candidates the cut drops, so every point below was measured."""),
-    new_code_cell('''from tvm_ext.tune import tune
+    new_code_cell('''from tvm_ext.search.tuner import tune
 from tvm_ext.cost import RooflinePolicy
 w = kernels.matmul(128, 128, 128) if QUICK else kernels.matmul(256, 256, 256)
 trials = 16 if QUICK else 64

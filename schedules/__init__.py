@@ -2,7 +2,7 @@
 
 Each rule is a small module with a frozen config dataclass (its tunables), per-target defaults
 (``default_config``), a predicate (``applies``) and the schedule itself. A rule that does not
-apply raises :class:`~tvm_ext.errors.ScheduleNotApplicable` saying why; an invalid config is a
+apply raises :class:`~tvm_ext.base.errors.ScheduleNotApplicable` saying why; an invalid config is a
 ``ValueError`` before any codegen.
 """
 
@@ -11,10 +11,10 @@ from __future__ import annotations
 import dataclasses
 from types import ModuleType
 
-from tvm_ext import _tvm
-from tvm_ext.errors import ScheduleNotApplicable
-from tvm_ext.kernels import Workload
-from tvm_ext.target import as_target
+from tvm_ext.base import tvm_api
+from tvm_ext.base.errors import ScheduleNotApplicable
+from tvm_ext.facts.kernels import Workload
+from tvm_ext.facts.target import as_target
 
 from . import (
     conv2d_cpu,
@@ -81,7 +81,7 @@ def default_config(workload: Workload, target=None):
     return find_rule(workload, target).default_config(workload, target)
 
 
-def schedule(workload: Workload, target=None, **config) -> "_tvm.Schedule":
+def schedule(workload: Workload, target=None, **config) -> "tvm_api.Schedule":
     """A ``tvm.s_tir.Schedule`` of ``workload`` for ``target`` (default the host).
 
     Keyword arguments override fields of the rule's default config; unknown names are a

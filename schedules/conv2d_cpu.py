@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tvm_ext import _tvm
-from tvm_ext.kernels import Workload
+from tvm_ext.base import tvm_api
+from tvm_ext.facts.kernels import Workload
 
-from ._base import ACC_SCOPE, check, check_config, is_cpu, lanes_for, vector_bits
+from .common import ACC_SCOPE, check, check_config, is_cpu, lanes_for, vector_bits
 
 
 @dataclass(frozen=True)
@@ -87,11 +87,11 @@ def default_config(workload: Workload, target) -> Conv2dCPUConfig:
     return Conv2dCPUConfig(fb=fb, xt=lanes * vectors, lanes=lanes)
 
 
-def schedule(workload: Workload, target, config: Conv2dCPUConfig) -> "_tvm.Schedule":
+def schedule(workload: Workload, target, config: Conv2dCPUConfig) -> "tvm_api.Schedule":
     check(applies(workload), f"conv2d_cpu: {workload.key} is not a conv2d")
     check(is_cpu(target), f"conv2d_cpu: target {target.kind.name} is not a CPU")
     config.validate(target, workload)
-    sch = _tvm.Schedule(workload.func)
+    sch = tvm_api.Schedule(workload.func)
     conv, pad = sch.get_sblock("conv"), sch.get_sblock("pad")
     n, f, y, x, c, r, s = sch.get_loops(conv)
     f0, f1 = sch.split(f, [None, config.fb])

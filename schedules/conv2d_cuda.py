@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tvm_ext import _tvm
-from tvm_ext.kernels import Workload
+from tvm_ext.base import tvm_api
+from tvm_ext.facts.kernels import Workload
 
-from ._base import check, check_config, is_cuda
+from .common import check, check_config, is_cuda
 
 KERNELS = ("conv2d",)
 
@@ -84,12 +84,12 @@ def _cooperative_copy(sch, block, under, ty: int, tx: int) -> None:
     sch.bind(x, "threadIdx.x")
 
 
-def schedule(workload: Workload, target, config: Conv2dCUDAConfig) -> "_tvm.Schedule":
+def schedule(workload: Workload, target, config: Conv2dCUDAConfig) -> "tvm_api.Schedule":
     check(applies(workload), f"conv2d_cuda: {workload.key} is not a conv2d")
     check(is_cuda(target), f"conv2d_cuda: target {target.kind.name} is not CUDA")
     config.validate(target, workload)
     c = config
-    sch = _tvm.Schedule(workload.func)
+    sch = tvm_api.Schedule(workload.func)
     conv = sch.get_sblock("conv")
     n, f, y, x, ci, r, s = sch.get_loops(conv)
     f0, f1, f2 = sch.split(f, [None, c.bf // c.tf, c.tf])

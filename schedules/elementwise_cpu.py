@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tvm_ext import _tvm
-from tvm_ext.kernels import Workload
+from tvm_ext.base import tvm_api
+from tvm_ext.facts.kernels import Workload
 
-from ._base import check, check_config, is_cpu, lanes_for
+from .common import check, check_config, is_cpu, lanes_for
 
 
 @dataclass(frozen=True)
@@ -34,11 +34,11 @@ def default_config(workload: Workload, target) -> ElementwiseCPUConfig:
     return ElementwiseCPUConfig(lanes=lanes_for(target, 32))
 
 
-def schedule(workload: Workload, target, config: ElementwiseCPUConfig) -> "_tvm.Schedule":
+def schedule(workload: Workload, target, config: ElementwiseCPUConfig) -> "tvm_api.Schedule":
     check(applies(workload), f"elementwise_cpu: {workload.key} is not element-wise")
     check(is_cpu(target), f"elementwise_cpu: target {target.kind.name} is not a CPU")
     config.validate(target)
-    sch = _tvm.Schedule(workload.func)
+    sch = tvm_api.Schedule(workload.func)
     (i,) = sch.get_loops(sch.get_sblock("z"))
     outer, inner = sch.split(i, [None, config.lanes * config.unroll])
     sch.parallel(outer)

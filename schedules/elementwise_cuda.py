@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tvm_ext import _tvm
-from tvm_ext.kernels import Workload
+from tvm_ext.base import tvm_api
+from tvm_ext.facts.kernels import Workload
 
-from ._base import check, check_config, is_cuda
+from .common import check, check_config, is_cuda
 
 KERNELS = ("axpy",)
 
@@ -35,11 +35,11 @@ def default_config(workload: Workload, target) -> ElementwiseCUDAConfig:
     return ElementwiseCUDAConfig(vec=4 if workload.args["n"] % 4 == 0 else 1)
 
 
-def schedule(workload: Workload, target, config: ElementwiseCUDAConfig) -> "_tvm.Schedule":
+def schedule(workload: Workload, target, config: ElementwiseCUDAConfig) -> "tvm_api.Schedule":
     check(applies(workload), f"elementwise_cuda: {workload.key} is not element-wise")
     check(is_cuda(target), f"elementwise_cuda: target {target.kind.name} is not CUDA")
     config.validate(target)
-    sch = _tvm.Schedule(workload.func)
+    sch = tvm_api.Schedule(workload.func)
     (i,) = sch.get_loops(sch.get_sblock("z"))
     bx, tx, v = sch.split(i, [None, config.threads, config.vec])
     sch.bind(bx, "blockIdx.x")

@@ -8,9 +8,8 @@ registered alone by :func:`register_cuda_intrinsics`.
 
 from __future__ import annotations
 
-from tvm.script import tirx as T
-
-from tvm_ext import _tvm
+from tvm_ext.base import tvm_api
+from tvm_ext.base.tvm_api import T
 
 M = N = K = 16
 LOAD_A = "tvm_ext.cuda.wmma_load_16x16x16_f16_a_shared"
@@ -229,7 +228,7 @@ def _pairs():
 
 def register_cuda_intrinsics() -> None:
     """Register the WMMA intrinsics with TVM (safe to call any number of times)."""
-    TensorIntrin = _tvm.tvm.s_tir.TensorIntrin
+    TensorIntrin = tvm_api.TensorIntrin
     if all(
         TensorIntrin.get(n, allow_missing=True) is not None
         for n in (LOAD_A, LOAD_B, FILL, SYNC, STORE)

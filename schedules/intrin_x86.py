@@ -22,9 +22,8 @@ small (< 1 KiB) ``global`` allocation on the stack, where LLVM keeps it in regis
 
 from __future__ import annotations
 
-from tvm.script import tirx as T
-
-from tvm_ext import _tvm
+from tvm_ext.base import tvm_api
+from tvm_ext.base.tvm_api import T
 
 VNNI_DOT_16x4 = "tvm_ext.x86.vnni_dot_16x4_u8i8i32"
 BF16_DOT_16x2 = "tvm_ext.x86.avx512bf16_dot_16x2_bf16bf16f32"
@@ -125,7 +124,7 @@ def _bf16_pair():
 
 def register_x86_intrinsics() -> None:
     """Register this module's intrinsics with TVM (safe to call any number of times)."""
-    TensorIntrin = _tvm.tvm.s_tir.TensorIntrin
+    TensorIntrin = tvm_api.TensorIntrin
     if TensorIntrin.get(VNNI_DOT_16x4, allow_missing=True) is None:
         TensorIntrin.register(VNNI_DOT_16x4, *_vnni_pair())
     if TensorIntrin.get(BF16_DOT_16x2, allow_missing=True) is None:

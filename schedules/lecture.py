@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tvm_ext import _tvm
-from tvm_ext.errors import ScheduleNotApplicable
-from tvm_ext.kernels import Workload
+from tvm_ext.base import tvm_api
+from tvm_ext.base.errors import ScheduleNotApplicable
+from tvm_ext.facts.kernels import Workload
 
 
 @dataclass(frozen=True)
@@ -33,14 +33,14 @@ def is_plain_matmul(workload: Workload) -> bool:
 
 def lecture_cpu_matmul(
     workload: Workload, config: LectureConfig = LectureConfig()
-) -> "_tvm.Schedule":
+) -> "tvm_api.Schedule":
     """Tile i/j by ``config.tile`` and k by ``config.k_tile``, accumulate the output tile
     locally, vectorize the innermost j, parallelize the outer i (tails are guarded)."""
     if not is_plain_matmul(workload):
         raise ScheduleNotApplicable(
             f"lecture CPU schedule needs a (K, N)-layout matmul, got {workload.key}"
         )
-    sch = _tvm.Schedule(workload.func)
+    sch = tvm_api.Schedule(workload.func)
     block = sch.get_sblock("C")
     i, j, k = sch.get_loops(block)
     i0, i1 = sch.split(i, factors=[None, config.tile])

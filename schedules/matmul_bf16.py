@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tvm_ext import _tvm
-from tvm_ext.kernels import Workload
+from tvm_ext.base import tvm_api
+from tvm_ext.facts.kernels import Workload
+from tvm_ext.facts.target import target_cores
 
-from ._base import (
+from .common import (
     ACC_SCOPE,
     STACK_TILE_BYTES,
     ceil_div,
@@ -22,7 +23,7 @@ from ._base import (
     has_feature,
     is_cpu,
 )
-from ._dot_kernel import schedule_dot_kernel
+from .dot_kernel import schedule_dot_kernel
 from .intrin_x86 import BF16_DOT_16x2, register_x86_intrinsics
 
 KERNELS = ("matmul", "batch_matmul")
@@ -70,11 +71,11 @@ def default_config(workload: Workload, target) -> MatmulBF16Config:
             candidates, key=lambda t: ceil_div(M, t[0]) * t[0] * ceil_div(N, 16 * t[1]) * 16 * t[1]
         )
     panels = ceil_div(N, 16 * nv) * workload.args.get("batch", 1)
-    parallel = "panels" if panels >= 2 * _tvm.physical_cores() else "tiles"
+    parallel = "panels" if panels >= 2 * target_cores(target) else "tiles"
     return MatmulBF16Config(mr=mr, nv=nv, parallel=parallel)
 
 
-def schedule(workload: Workload, target, config: MatmulBF16Config) -> "_tvm.Schedule":
+def schedule(workload: Workload, target, config: MatmulBF16Config) -> "tvm_api.Schedule":
     check(
         is_cpu(target) and has_feature(target, "avx512bf16"),
         "matmul_bf16: the target CPU lacks AVX512-BF16",

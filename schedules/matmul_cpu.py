@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tvm_ext import _tvm
-from tvm_ext.kernels import Workload, np_dtype
+from tvm_ext.base import tvm_api
+from tvm_ext.facts.kernels import Workload, np_dtype
+from tvm_ext.facts.target import target_cores
 
-from ._base import (
+from .common import (
     ACC_SCOPE,
     STACK_TILE_BYTES,
     ceil_div,
@@ -83,7 +84,7 @@ def default_config(workload: Workload, target) -> MatmulCPUConfig:
     mr = min(4 if nr >= 4 * lanes else 8, (STACK_TILE_BYTES - 1) // (4 * nr))
     small_b = K * N * np_dtype(workload.dtype).itemsize <= 32 * 1024
     in_place = small_b and not workload.args.get("transpose_b", False) and N % nr == 0
-    parallel = "panels" if ceil_div(N, nr) >= 2 * _tvm.physical_cores() else "tiles"
+    parallel = "panels" if ceil_div(N, nr) >= 2 * target_cores(target) else "tiles"
     pack = "none" if in_place else ("panel" if parallel == "panels" else "full")
     # A narrow, short-K product (2048x64x64) is loop-overhead bound: unroll k (measured 1.1x).
     # Not with padded rows: the padded A reads are guarded, and unrolled they ran 2.7x slower.
@@ -100,7 +101,7 @@ def _panel_map(nr: int, transposed: bool):
     return lambda *ix: (*ix[:-2], ix[-1] // nr, ix[-2], ix[-1] % nr)
 
 
-def schedule(workload: Workload, target, config: MatmulCPUConfig) -> "_tvm.Schedule":
+def schedule(workload: Workload, target, config: MatmulCPUConfig) -> "tvm_api.Schedule":
     check(applies(workload), f"matmul_cpu: {workload.key} is not a matmul")
     check(is_cpu(target), f"matmul_cpu: target {target.kind.name} is not a CPU")
     config.validate(target)
@@ -110,7 +111,7 @@ def schedule(workload: Workload, target, config: MatmulCPUConfig) -> "_tvm.Sched
         raise ValueError(f"unroll_k={config.unroll_k} must divide K={K}")
     transposed = workload.args.get("transpose_b", False)
     batched = workload.name == "batch_matmul"
-    sch = _tvm.Schedule(workload.func)
+    sch = tvm_api.Schedule(workload.func)
     C = sch.get_sblock("C")
     padded = bool(M % mr or N % nr)
     if padded:

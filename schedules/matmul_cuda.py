@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tvm_ext import _tvm
-from tvm_ext.kernels import Workload
+from tvm_ext.base import tvm_api
+from tvm_ext.facts.kernels import Workload
 
-from ._base import ceil_div, check, check_config, find_block, is_cuda
+from .common import ceil_div, check, check_config, find_block, is_cuda
 
 KERNELS = ("matmul", "batch_matmul")
 
@@ -78,14 +78,14 @@ def _cooperative_copy(sch, block, threads_y: int, threads_x: int, vec: int) -> N
     sch.vectorize(v)
 
 
-def schedule(workload: Workload, target, config: MatmulCUDAConfig) -> "_tvm.Schedule":
+def schedule(workload: Workload, target, config: MatmulCUDAConfig) -> "tvm_api.Schedule":
     check(applies(workload), f"matmul_cuda: {workload.key} is not a matmul")
     check(is_cuda(target), f"matmul_cuda: target {target.kind.name} is not CUDA")
     config.validate(target)
     c = config
     M, N, K = (workload.args[d] for d in ("M", "N", "K"))
     batched = workload.name == "batch_matmul"
-    sch = _tvm.Schedule(workload.func)
+    sch = tvm_api.Schedule(workload.func)
     C = sch.get_sblock("C")
     if M % c.bm or N % c.bn or K % c.bk:
         sch.pad_einsum(

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tvm_ext import _tvm
-from tvm_ext.kernels import Workload
+from tvm_ext.base import tvm_api
+from tvm_ext.facts.kernels import Workload
 
-from ._base import check, check_config, has_feature, is_cpu
-from ._dot_kernel import schedule_dot_kernel
+from .common import check, check_config, has_feature, is_cpu
+from .dot_kernel import schedule_dot_kernel
 from .intrin_x86 import VNNI_DOT_16x4, register_x86_intrinsics
 
 KERNELS = ("matmul",)
@@ -45,7 +45,7 @@ def default_config(workload: Workload, target) -> MatmulVNNIConfig:
     return MatmulVNNIConfig()
 
 
-def schedule(workload: Workload, target, config: MatmulVNNIConfig) -> "_tvm.Schedule":
+def schedule(workload: Workload, target, config: MatmulVNNIConfig) -> "tvm_api.Schedule":
     check(
         is_cpu(target) and has_feature(target, "avx512vnni"),
         "matmul_vnni: the target CPU lacks AVX512-VNNI",

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tvm_ext import _tvm
-from tvm_ext.kernels import Workload
+from tvm_ext.base import tvm_api
+from tvm_ext.facts.kernels import Workload
 
-from ._base import ceil_div, check, check_config, find_block, is_cuda
+from .common import ceil_div, check, check_config, find_block, is_cuda
 from .intrin_cuda import FILL, LOAD_A, LOAD_B, STORE, SYNC, register_cuda_intrinsics
 
 KERNELS = ("matmul",)
@@ -69,7 +69,7 @@ def _split_fragments(sch, block):
     return a1
 
 
-def schedule(workload: Workload, target, config: MatmulWMMAConfig) -> "_tvm.Schedule":
+def schedule(workload: Workload, target, config: MatmulWMMAConfig) -> "tvm_api.Schedule":
     check(applies(workload), f"matmul_wmma: {workload.key} is not an fp16 (K, N) matmul")
     check(is_cuda(target), f"matmul_wmma: target {target.kind.name} is not CUDA")
     config.validate(target)
@@ -77,7 +77,7 @@ def schedule(workload: Workload, target, config: MatmulWMMAConfig) -> "_tvm.Sche
     c = config
     bm, bn, bk = c.wm * c.fm * 16, c.wn * c.fn * 16, c.kf * 16
     M, N, K = (workload.args[d] for d in ("M", "N", "K"))
-    sch = _tvm.Schedule(workload.func)
+    sch = tvm_api.Schedule(workload.func)
     C = sch.get_sblock("C")
     if M % bm or N % bn or K % bk:
         sch.pad_einsum(C, [ceil_div(M, bm) * bm, ceil_div(N, bn) * bn, ceil_div(K, bk) * bk])

@@ -11,10 +11,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from tvm_ext import _tvm
-from tvm_ext.kernels import Workload
+from tvm_ext.base import tvm_api
+from tvm_ext.facts.kernels import Workload
 
-from ._base import check, check_config, is_cpu, lanes_for
+from .common import check, check_config, is_cpu, lanes_for
 
 
 @dataclass(frozen=True)
@@ -46,12 +46,12 @@ def _is_reduction(sch, block) -> bool:
     return any(int(iv.iter_type) == 2 for iv in sch.get(block).iter_vars)  # 2 = CommReduce
 
 
-def schedule(workload: Workload, target, config: RowsCPUConfig) -> "_tvm.Schedule":
+def schedule(workload: Workload, target, config: RowsCPUConfig) -> "tvm_api.Schedule":
     check(applies(workload), f"rows_cpu: {workload.key} is not one of {KERNELS}")
     check(is_cpu(target), f"rows_cpu: target {target.kind.name} is not a CPU")
     config.validate(target)
     lanes = math.gcd(workload.args["N"], config.lanes)
-    sch = _tvm.Schedule(workload.func)
+    sch = tvm_api.Schedule(workload.func)
     *stages, out = sch.get_child_blocks(sch.get_sblock("root"))
     ordered, partials = [], []
     for block in stages:

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tvm_ext import _tvm
-from tvm_ext.kernels import Workload
+from tvm_ext.base import tvm_api
+from tvm_ext.facts.kernels import Workload
 
-from ._base import check, check_config, is_cuda
+from .common import check, check_config, is_cuda
 
 KERNELS = ("softmax", "layernorm", "rmsnorm")
 
@@ -50,11 +50,11 @@ def _is_reduction(sch, block) -> bool:
     return any(int(iv.iter_type) == 2 for iv in sch.get(block).iter_vars)
 
 
-def schedule(workload: Workload, target, config: RowsCUDAConfig) -> "_tvm.Schedule":
+def schedule(workload: Workload, target, config: RowsCUDAConfig) -> "tvm_api.Schedule":
     check(applies(workload), f"rows_cuda: {workload.key} is not one of {KERNELS}")
     check(is_cuda(target), f"rows_cuda: target {target.kind.name} is not CUDA")
     config.validate(target)
-    sch = _tvm.Schedule(workload.func)
+    sch = tvm_api.Schedule(workload.func)
     *stages, out = sch.get_child_blocks(sch.get_sblock("root"))
     reductions = []
     for block in stages:

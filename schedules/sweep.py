@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from tvm_ext.kernels import Workload
-from tvm_ext.measure import measure
-from tvm_ext.target import as_target
+from tvm_ext.facts.kernels import Workload
+from tvm_ext.facts.measure import measure
+from tvm_ext.facts.target import as_target
 
 from .lecture import LectureConfig, lecture_cpu_matmul
 

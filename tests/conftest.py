@@ -1,7 +1,7 @@
 import pytest
 
 import tvm_ext
-from tvm_ext.machine import host_machine
+from tvm_ext.facts.machine import host_machine
 
 
 @pytest.fixture(scope="session")
@@ -16,6 +16,6 @@ def machine(host):
 
 
 def cpu_has(feature: str, target) -> bool:
-    from tvm_ext import _tvm
+    from tvm_ext.base import tvm_api
 
-    return bool(_tvm.global_func("target.llvm_cpu_has_feature")(feature, target))
+    return bool(tvm_api.global_func("target.llvm_cpu_has_feature")(feature, target))

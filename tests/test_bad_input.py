@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from tvm_ext import kernels as K
 from tvm_ext import schedules as S
-from tvm_ext.errors import LogError, ScheduleNotApplicable, TvmExtError
+from tvm_ext.base.errors import LogError, ScheduleNotApplicable, TvmExtError
 
 ANY = st.one_of(
     st.integers(-5, 70), st.floats(allow_nan=True), st.text(max_size=4), st.none(), st.booleans()
@@ -56,7 +56,7 @@ def test_schedule_configs_accept_or_refuse_clearly(host, config):
 
 @pytest.fixture(scope="module")
 def a_log(tmp_path_factory, host):
-    from tvm_ext.tune import tune
+    from tvm_ext.search.tuner import tune
 
     root = tmp_path_factory.mktemp("fuzzlogs")
     tune(K.matmul(16, 16, 16).func, host, trials=8, batch=8, seed=0, log_dir=root, progress=False)
@@ -86,8 +86,8 @@ def a_log(tmp_path_factory, host):
     ),
 )
 def test_damaged_logs_give_log_errors(a_log, host, tmp_path_factory, name, damage):
-    from tvm_ext.logs import find_logs
-    from tvm_ext.replay import replay
+    from tvm_ext.records.logs import find_logs
+    from tvm_ext.search.replayer import replay
 
     (folder,) = find_logs(a_log)
     copy = tmp_path_factory.mktemp("damaged") / "logs"

@@ -1,4 +1,4 @@
-from tvm_ext.cli import main
+from tvm_ext.faces.cli import main
 
 
 def test_info_prints_target_and_sourced_machine_model(capsys, machine):

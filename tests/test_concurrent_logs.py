@@ -6,12 +6,12 @@ import sys
 
 import pytest
 
-from tvm_ext.logs import find_logs, read_manifest
+from tvm_ext.records.logs import find_logs, read_manifest
 
 CHILD = """
 import sys
 from tvm_ext import kernels as K
-from tvm_ext.tune import tune
+from tvm_ext.search.tuner import tune
 tune(K.matmul(32, 32, 32).func, trials=8, batch=8, seed=int(sys.argv[2]), log_dir=sys.argv[1],
      progress=False)
 """

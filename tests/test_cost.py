@@ -17,7 +17,7 @@ from tvm_ext.schedules.lecture import lecture_cpu_matmul
 from tvm_ext import kernels as K
 from tvm_ext import measure
 from tvm_ext import schedules as S
-from tvm_ext.errors import PolicyError
+from tvm_ext.base.errors import PolicyError
 
 
 def test_features_closed_forms(host):

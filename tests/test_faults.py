@@ -6,24 +6,24 @@ from __future__ import annotations
 import functools
 import json
 
-from tvm_ext import _tvm
 from tvm_ext import kernels as K
-from tvm_ext.testing import faulty_run_evaluator
+from tvm_ext.base import tvm_api
+from tvm_ext.search.testing import faulty_run_evaluator
 
 
 def test_crashing_and_hanging_candidates_are_failed_records(tmp_path, host):
     from tvm_ext.cost import dataset
 
-    from tvm_ext.tune import tune
+    from tvm_ext.search.tuner import tune
 
-    ms = _tvm.meta_schedule()
+    ms = tvm_api.meta_schedule()
     state = tmp_path / "runs"
     state.mkdir()
     plan = {1: "crash", 3: "hang", 5: "raise"}
     runner = ms.runner.LocalRunner(
         timeout_sec=5,
         f_run_evaluator=functools.partial(faulty_run_evaluator, str(state), plan),
-        initializer=functools.partial(_tvm.set_runner_threads, 2),
+        initializer=functools.partial(tvm_api.set_runner_threads, 2),
     )
     w = K.matmul(32, 32, 32)
     result = tune(

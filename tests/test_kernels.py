@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 
-from tvm_ext import _tvm
 from tvm_ext import kernels as K
-from tvm_ext.measure import check_parity, run
+from tvm_ext.base import tvm_api
+from tvm_ext.facts.measure import check_parity, run
 
 CASES = [
     (K.matmul, dict(M=8, N=12, K=16)),
@@ -29,10 +29,10 @@ CASES = [
 def test_unscheduled_kernel_matches_its_numpy_reference(ctor, args, host):
     w = ctor(**args)
     arrays = w.inputs(seed=3)
-    specs = _tvm.param_specs(w.func)
+    specs = tvm_api.param_specs(w.func)
     assert [(a.shape, a.dtype) for a in arrays] == [(s, K.np_dtype(d)) for s, d in specs]
     assert all(not arrays[i].any() for i in w.outputs), "outputs must be zero-filled"
-    result = run(_tvm.build(_tvm.as_module(w.func), host), arrays, _tvm.tvm.cpu(0))
+    result = run(tvm_api.build(tvm_api.as_module(w.func), host), arrays, tvm_api.cpu(0))
     check_parity([result[i] for i in w.outputs], w.reference(arrays), w.key)
 
 
@@ -60,14 +60,14 @@ def test_inputs_are_seeded_and_reproducible():
 
 def test_axpy_is_written_in_tvmscript_and_others_in_te():
     # TE-made functions name their blocks after the compute; the TVMScript one names "z".
-    sch = _tvm.Schedule(K.axpy(8).func)
+    sch = tvm_api.Schedule(K.axpy(8).func)
     assert sch.get_sblock("z") is not None
 
 
 def test_workload_survives_scheduling_via_its_attribute():
     w = K.layernorm(4, 8, eps=1e-3)
-    sch = _tvm.Schedule(w.func)
-    back = K.from_func(_tvm.main_func(sch.mod))
+    sch = tvm_api.Schedule(w.func)
+    back = K.from_func(tvm_api.main_func(sch.mod))
     assert back.key == w.key and back.args["eps"] == 1e-3
     assert K.from_func(K.matmul(2, 2, 2).func.without_attr(K.WORKLOAD_ATTR)) is None
 
@@ -103,8 +103,8 @@ def test_transpose_b_must_be_bool():
 
 def test_polynomial_exp_is_accurate_over_the_float32_range(host):
     """exp_poly against numpy's exp on a dense grid of [-87, 88] (normal float32 results)."""
-    from tvm_ext._kernels_rows import exp_poly
-    from tvm_ext._tvm import te, tvm
+    from tvm_ext.base.tvm_api import te, tvm
+    from tvm_ext.facts.kernels_rows import exp_poly
 
     n = 1 << 16
     X = te.placeholder((n,), "float32", name="X")

@@ -8,18 +8,18 @@ import sys
 import pytest
 import tvm_ffi
 
-from tvm_ext import _tvm
 from tvm_ext import kernels as K
-from tvm_ext.errors import (
+from tvm_ext.base import tvm_api
+from tvm_ext.base.errors import (
     CorruptLog,
     LogVersionWarning,
     NoLogFound,
     TargetMismatch,
     WorkloadMismatch,
 )
-from tvm_ext.logs import find_logs, log_folder, read_manifest, report
-from tvm_ext.replay import replay, uses_tensorize
-from tvm_ext.tune import tune
+from tvm_ext.records.logs import find_logs, log_folder, read_manifest, report, uses_tensorize
+from tvm_ext.search.replayer import replay
+from tvm_ext.search.tuner import tune
 
 W = K.matmul(32, 32, 32)
 
@@ -92,7 +92,7 @@ def test_second_tune_adds_records_without_losing_any(tuned, tmp_path, host):
 
 
 def test_interrupted_tune_leaves_a_valid_log(tmp_path, host, monkeypatch):
-    ms = _tvm.meta_schedule()
+    ms = tvm_api.meta_schedule()
     real = ms.tune.tune_tasks
 
     def interrupted(**kwargs):
@@ -183,7 +183,7 @@ def test_tensorized_log_replays_in_a_fresh_process(tmp_path, host):
     path.write_text("".join(json.dumps(r) + "\n" for r in kept))
     code = (
         "from tvm_ext import kernels as K, host_target\n"
-        "from tvm_ext.replay import replay\n"
+        "from tvm_ext.search.replayer import replay\n"
         "r = replay(K.matmul(64, 64, 64, 'bfloat16').func, host_target(), log_dir=%r)\n"
         "print(r.measurement.max_rel_error)\n" % str(tmp_path)
     )
@@ -195,7 +195,7 @@ def test_tensorized_log_replays_in_a_fresh_process(tmp_path, host):
 def test_replay_applies_the_record_the_manifest_names(log_copy, host):
     # tune() may return the hand schedule over a record timed faster earlier (it times both
     # side by side); the manifest then names that record and replay must apply it.
-    from tvm_ext.replay import apply_trace
+    from tvm_ext.search.replayer import apply_logged_trace as apply_trace
 
     root, folder = log_copy
     rows = [json.loads(line) for line in (folder / "database_tuning_record.json").open()]

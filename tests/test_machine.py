@@ -3,8 +3,8 @@ import json
 import numpy as np
 import pytest
 
-import tvm_ext.machine as M
-from tvm_ext import _tvm
+import tvm_ext.facts.machine as M
+from tvm_ext.base import tvm_api
 
 
 def test_probed_model_is_plausible_and_sourced(machine, host):
@@ -26,10 +26,10 @@ def test_fma_probe_runs_the_chains_it_counts(host):
     # generated loop body must hold exactly that (a rate test would be at the mercy of noise).
     import re
 
-    from tvm_ext._probe_kernels import fma_chains
+    from tvm_ext.facts.probe_kernels import fma_chains
 
     chains, lanes = 12, M.lanes_for(host, 32)
-    asm = _tvm.build(_tvm.IRModule({"main": fma_chains(1, chains, lanes, 1000)}), host)
+    asm = tvm_api.build(tvm_api.IRModule({"main": fma_chains(1, chains, lanes, 1000)}), host)
     text = asm.inspect_source("asm")
     width = {16: "zmm", 8: "ymm", 4: "xmm"}[lanes]
     fmas = re.findall(rf"vfmadd\w+\s+[^\n]*%{width}", text)

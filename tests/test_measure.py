@@ -6,10 +6,10 @@ from tvm import te
 from tvm_ext.schedules.lecture import LectureConfig, lecture_cpu_matmul
 
 import tvm_ext
-from tvm_ext import _tvm
 from tvm_ext import kernels as K
-from tvm_ext.errors import ParityError, ThreadConfigError
-from tvm_ext.measure import check_parity
+from tvm_ext.base import tvm_api
+from tvm_ext.base.errors import ParityError, ThreadConfigError
+from tvm_ext.facts.measure import check_parity
 
 
 def _wrong_matmul(M, N, Kd):
@@ -33,7 +33,7 @@ def test_measure_reports_the_three_numbers(host, machine):
 
 def test_measure_accepts_schedule_module_and_primfunc(host):
     w = K.axpy(1000)
-    for obj in (_tvm.Schedule(w.func), _tvm.as_module(w.func), w.func):
+    for obj in (tvm_api.Schedule(w.func), tvm_api.as_module(w.func), w.func):
         assert tvm_ext.measure(obj, target=host, repeat=2).max_abs_error < 1e-6
 
 
@@ -78,11 +78,11 @@ def test_tolerances_per_dtype():
 
 
 def test_threads_context_sets_and_restores_the_pool():
-    before = _tvm.runtime_threads()
-    with _tvm.threads(1):
-        assert _tvm.runtime_threads() == 1
-    assert _tvm.runtime_threads() == before
+    before = tvm_api.runtime_threads()
+    with tvm_api.threads(1):
+        assert tvm_api.runtime_threads() == 1
+    assert tvm_api.runtime_threads() == before
     with pytest.raises(ThreadConfigError, match="thread pool runs"):
-        with _tvm.threads(4096):
+        with tvm_api.threads(4096):
             pass
-    assert _tvm.runtime_threads() == before
+    assert tvm_api.runtime_threads() == before

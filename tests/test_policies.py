@@ -24,7 +24,7 @@ from tvm_ext.cost.policy import validated_cost
 from tvm_ext.cost.training_data import ReplayedLog, feature_columns
 
 from tvm_ext import host_target, kernels
-from tvm_ext.errors import CorruptLog, DatasetError, ModelFileError, PolicyError
+from tvm_ext.base.errors import CorruptLog, DatasetError, ModelFileError, PolicyError
 
 DATA = pathlib.Path(__file__).resolve().parents[1] / "tuning_logs" / "dataset"
 SMALL = "matmul_M128_N128_K128_float32"
@@ -258,7 +258,7 @@ def test_evaluate_policies_on_held_out_workloads(data):
 
 
 def test_tune_ranks_with_a_learned_policy(subset, tmp_path):
-    from tvm_ext.tune import tune
+    from tvm_ext.search.tuner import tune
 
     policy = XGBoostPolicy.train(subset, seed=0, rounds=30)
     path = tmp_path / "m.json"
@@ -282,17 +282,16 @@ def test_tune_ranks_with_a_learned_policy(subset, tmp_path):
 
 
 def test_warm_start_models(subset):
-    from tvm_ext.cost.metaschedule import WarmStartModel, pretrained_xgb_model
-
-    from tvm_ext._tvm import meta_schedule
-    from tvm_ext.machine import host_machine
+    from tvm_ext.base.tvm_api import meta_schedule
+    from tvm_ext.facts.machine import host_machine
+    from tvm_ext.search.adapters import WarmStartModel, pretrained_xgb_model
 
     ms = meta_schedule()
     policy = XGBoostPolicy.train(subset, seed=0, rounds=20)
     log = ReplayedLog(_folder(SMALL))
     measured = [(o, s) for o, s, sch, _ in log.entries if sch is not None][:40]
     cands = log.measure_candidates([o for o, _ in measured])
-    machine = host_machine(log.target)
+    machine = host_machine()  # this host's model (the log's CPU may be one this host can't run)
     model = WarmStartModel(policy, log.target, machine, log.workload, handoff=20)
     before = model.predict(log.context, cands)
     expected = [

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from tvm_ext import kernels as K
-from tvm_ext.remote import rpc_runner
+from tvm_ext.search.remote import rpc_runner
 
 
 def _free_port() -> int:
@@ -90,7 +90,7 @@ def tracker_with_two_servers():
 
 @pytest.mark.slow
 def test_tune_through_the_tracker(tracker_with_two_servers, host, tmp_path):
-    from tvm_ext.tune import tune
+    from tvm_ext.search.tuner import tune
 
     address, _ = tracker_with_two_servers
     runner = rpc_runner(address, key="tvmext-test", max_workers=2)
@@ -115,8 +115,8 @@ def test_tune_through_the_tracker(tracker_with_two_servers, host, tmp_path):
 def test_server_killed_mid_tune(tracker_with_two_servers, host, tmp_path):
     """One of two servers dies after the first batch: the tune finishes on the other one and
     the log holds a record of every candidate sent to a server, measured or failed."""
-    from tvm_ext._tvm import meta_schedule, tvm
-    from tvm_ext.tune import tune
+    from tvm_ext.base.tvm_api import meta_schedule, tvm
+    from tvm_ext.search.tuner import tune
 
     ms = meta_schedule()
     address, servers = tracker_with_two_servers

@@ -2,11 +2,11 @@
 
 import pytest
 
-from tvm_ext import _tvm
 from tvm_ext import kernels as K
 from tvm_ext import schedules as S
-from tvm_ext.errors import ScheduleNotApplicable
-from tvm_ext.measure import verify
+from tvm_ext.base import tvm_api
+from tvm_ext.base.errors import ScheduleNotApplicable
+from tvm_ext.facts.measure import verify
 
 CASES = [
     K.matmul(128, 128, 128),
@@ -40,7 +40,7 @@ CASES = [
 @pytest.mark.parametrize("w", CASES, ids=lambda w: w.key)
 def test_cpu_schedule_matches_numpy(w, host):
     sch = S.schedule(w, host)
-    assert isinstance(sch, _tvm.Schedule)
+    assert isinstance(sch, tvm_api.Schedule)
     verify(sch, w, host)
 
 
@@ -72,7 +72,7 @@ def test_conv2d_both_vector_axes_on_awkward_shapes(w, config, host):
 
 
 def test_conv2d_defaults_vectorize_channels_when_vectors_divide_f(host):
-    from tvm_ext.schedules._base import lanes_for
+    from tvm_ext.schedules.common import lanes_for
 
     lanes = lanes_for(host)
     wide = S.default_config(K.conv2d(1, 64, 56, 56, 64, 3, 3, 1, 1), host)
@@ -81,18 +81,30 @@ def test_conv2d_defaults_vectorize_channels_when_vectors_divide_f(host):
 
 
 def test_matmul_defaults_pack_large_b_and_use_the_vector_width(host):
-    from tvm_ext.schedules._base import lanes_for
+    from tvm_ext.schedules.common import lanes_for
 
     big = S.default_config(K.matmul(1024, 1024, 1024), host)
     assert big.pack == "panel" and big.lanes == lanes_for(host) and big.nr % big.lanes == 0
-    small = S.default_config(K.matmul(2048, 64, 64), host)
-    assert small.pack == "none" and small.parallel == "tiles"
+    # A narrow B is used in place; the split follows the target's cores and vector width:
+    # 64 columns are one AVX-512 panel (too few for 2 cores: tiles) but four 16-wide AVX2 ones.
+    for mcpu, cores, parallel in (("skylake-avx512", 2, "tiles"), ("haswell", 2, "panels"),
+                                  ("haswell", 4, "tiles")):  # fmt: skip
+        target = tvm_api.Target(
+            {
+                "kind": "llvm",
+                "mcpu": mcpu,
+                "mtriple": "x86_64-unknown-linux-gnu",
+                "num-cores": cores,
+            }
+        )
+        small = S.default_config(K.matmul(2048, 64, 64), target)
+        assert (small.pack, small.parallel) == ("none", parallel), (mcpu, cores)
 
 
 @pytest.mark.parametrize(
     "w,config,match",
     [
-        (K.matmul(8, 8, 8), dict(nr=24), "nr=24 must be a multiple of lanes"),
+        (K.matmul(8, 8, 8), dict(nr=20), "nr=20 must be a multiple of lanes"),
         (K.matmul(8, 8, 8), dict(lanes=64, nr=64), "wider than the target"),
         (K.matmul(8, 8, 8), dict(mr=0), "mr=0 must be a positive int"),
         (
@@ -124,5 +136,5 @@ def test_registry_lists_and_refuses(host):
         matmul_cpu.schedule(K.softmax(4, 4), host, matmul_cpu.MatmulCPUConfig())
     with pytest.raises(ScheduleNotApplicable, match="is not a CPU"):
         matmul_cpu.schedule(
-            K.matmul(4, 4, 4), _tvm.Target({"kind": "cuda"}), matmul_cpu.MatmulCPUConfig()
+            K.matmul(4, 4, 4), tvm_api.Target({"kind": "cuda"}), matmul_cpu.MatmulCPUConfig()
         )

@@ -7,10 +7,11 @@ import subprocess
 
 import pytest
 
-from tvm_ext import _tvm, cuda_target
+from tvm_ext import cuda_target
 from tvm_ext import kernels as K
 from tvm_ext import schedules as S
-from tvm_ext.measure import verify
+from tvm_ext.base import tvm_api
+from tvm_ext.facts.measure import verify
 
 TARGET = cuda_target("sm_90")
 CASES = [
@@ -29,19 +30,19 @@ CASES = [
 
 
 def kernel_source(w) -> str:
-    src = _tvm.build(S.schedule(w, TARGET).mod, TARGET).imports[0].inspect_source()
+    src = tvm_api.build(S.schedule(w, TARGET).mod, TARGET).imports[0].inspect_source()
     return src[src.index('extern "C" __global__') :]  # skip the header's macro definitions
 
 
 def has_gpu() -> bool:
-    return bool(_tvm.tvm.cuda(0).exist)
+    return bool(tvm_api.cuda(0).exist)
 
 
 @pytest.mark.parametrize("w", CASES, ids=lambda w: w.key)
 def test_cuda_source_compiles_with_nvcc(w, tmp_path):
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc is not installed")
-    src = _tvm.build(S.schedule(w, TARGET).mod, TARGET).imports[0].inspect_source()
+    src = tvm_api.build(S.schedule(w, TARGET).mod, TARGET).imports[0].inspect_source()
     (tmp_path / "k.cu").write_text(src)
     done = subprocess.run(
         ["nvcc", "-arch=sm_90", "-cubin", "-o", str(tmp_path / "k.cubin"), str(tmp_path / "k.cu")],

@@ -5,8 +5,8 @@ import warnings
 
 import pytest
 
-from tvm_ext.logs import find_logs, read_manifest
-from tvm_ext.replay import replay
+from tvm_ext.records.logs import find_logs, read_manifest
+from tvm_ext.search.replayer import replay
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "tuning_logs"
 SHIPPED = list(find_logs(ROOT))

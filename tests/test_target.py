@@ -7,27 +7,27 @@ import tvm
 from conftest import cpu_has
 
 import tvm_ext
-from tvm_ext import _tvm
-from tvm_ext import target as tgt
-from tvm_ext.kernels import axpy
+from tvm_ext.base import tvm_api
+from tvm_ext.facts import target as tgt
+from tvm_ext.facts.kernels import axpy
 
 
 def test_host_target_names_the_real_cpu_and_cores(host):
     assert host.kind.name == "llvm"
-    system_cpu = str(_tvm.global_func("target.llvm_get_system_cpu")())
+    system_cpu = str(tvm_api.global_func("target.llvm_get_system_cpu")())
     assert str(host.attrs["mcpu"]) in (system_cpu, tgt._resolve_host_cpu(tgt.host_triple())[0])
     assert str(host.attrs["mcpu"]) != "generic"
     assert "conda" not in str(host.attrs["mtriple"])
-    assert int(host.attrs["num-cores"]) == _tvm.physical_cores()
+    assert int(host.attrs["num-cores"]) == tvm_api.physical_cores()
 
 
 def _asm_of_vectorized_axpy(target) -> str:
     w = axpy(4096)
-    sch = _tvm.Schedule(w.func)
+    sch = tvm_api.Schedule(w.func)
     (i,) = sch.get_loops(sch.get_sblock("z"))
     _, inner = sch.split(i, [None, 64])
     sch.vectorize(inner)
-    return _tvm.build(sch.mod, target).inspect_source("asm")
+    return tvm_api.build(sch.mod, target).inspect_source("asm")
 
 
 def test_host_code_uses_the_widest_vector_isa(host):
@@ -41,14 +41,14 @@ def test_host_code_uses_the_widest_vector_isa(host):
 
 
 def test_unknown_cpu_gets_closest_known_cpu_with_a_warning(monkeypatch):
-    real = _tvm.global_func
+    real = tvm_api.global_func
 
     def fake(name):
         if name == "target.llvm_get_system_cpu":
             return lambda: "futurelake"
         return real(name)
 
-    monkeypatch.setattr(_tvm, "global_func", fake)
+    monkeypatch.setattr(tvm_api, "global_func", fake)
     tgt._resolve_host_cpu.cache_clear()
     try:
         with pytest.warns(tgt.HostCPUWarning, match="futurelake"):
@@ -103,7 +103,7 @@ def test_target_cores_requires_num_cores():
     "mcpu, bits", [("haswell", 256), ("x86-64", 128), ("skylake-avx512", 512), ("znver4", 512)]
 )
 def test_vector_bits_follow_the_target_not_the_host(mcpu, bits):
-    from tvm_ext.target import lanes_for, vector_bits
+    from tvm_ext.facts.target import lanes_for, vector_bits
 
-    t = _tvm.Target({"kind": "llvm", "mcpu": mcpu, "mtriple": "x86_64-unknown-linux-gnu"})
+    t = tvm_api.Target({"kind": "llvm", "mcpu": mcpu, "mtriple": "x86_64-unknown-linux-gnu"})
     assert vector_bits(t) == bits and lanes_for(t, 32) == bits // 32

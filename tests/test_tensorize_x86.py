@@ -7,10 +7,10 @@ import pytest
 from conftest import cpu_has
 from tvm_ext.schedules import matmul_bf16, matmul_vnni
 
-from tvm_ext import _tvm
 from tvm_ext import kernels as K
 from tvm_ext import schedules as S
-from tvm_ext.measure import verify
+from tvm_ext.base import tvm_api
+from tvm_ext.facts.measure import verify
 
 
 @pytest.fixture(scope="module")
@@ -23,8 +23,8 @@ def vnni_host(host):
 def test_registration_is_idempotent_and_explicit():
     S.register_x86_intrinsics()
     S.register_x86_intrinsics()
-    assert _tvm.tvm.s_tir.TensorIntrin.get(S.VNNI_DOT_16x4) is not None
-    assert _tvm.tvm.s_tir.TensorIntrin.get(S.BF16_DOT_16x2) is not None
+    assert tvm_api.TensorIntrin.get(S.VNNI_DOT_16x4) is not None
+    assert tvm_api.TensorIntrin.get(S.BF16_DOT_16x2) is not None
 
 
 @pytest.mark.parametrize("shape", [(128, 128, 128), (100, 70, 33), (1, 16, 4), (64, 200, 64)])
@@ -37,14 +37,14 @@ def test_vnni_matmul_matches_numpy(shape, vnni_host):
 
 def test_vnni_code_uses_vpdpbusd(vnni_host):
     w = K.matmul(64, 64, 64, dtype="uint8")
-    asm = _tvm.build(S.schedule(w, vnni_host).mod, vnni_host).inspect_source("asm")
+    asm = tvm_api.build(S.schedule(w, vnni_host).mod, vnni_host).inspect_source("asm")
     assert "vpdpbusd" in asm
 
 
 def test_vnni_does_not_claim_other_matmuls(host):
     assert not matmul_vnni.applies(K.matmul(8, 8, 8, "int8"), host)
     assert not matmul_vnni.applies(K.matmul(8, 8, 8, "uint8", transpose_b=True), host)
-    generic = _tvm.Target(
+    generic = tvm_api.Target(
         {"kind": "llvm", "mcpu": "haswell", "mtriple": "x86_64-unknown-linux-gnu", "num-cores": 1}
     )
     assert not matmul_vnni.applies(K.matmul(8, 8, 8, "uint8"), generic)
@@ -96,17 +96,17 @@ def test_bf16_exactness_on_representable_products(bf16_host):
     rng = np.random.default_rng(3)
     a = rng.integers(-8, 9, size=(48, 40)).astype(w.inputs(0)[0].dtype)
     b = rng.integers(-8, 9, size=(40, 64)).astype(a.dtype)
-    lib = _tvm.build(S.schedule(w, bf16_host).mod, bf16_host)
+    lib = tvm_api.build(S.schedule(w, bf16_host).mod, bf16_host)
     out = np.zeros((48, 64), np.float32)
-    dev = _tvm.tvm.cpu()
-    args = [_tvm.tensor(x, dev) for x in (a, b, out)]
+    dev = tvm_api.cpu()
+    args = [tvm_api.tensor(x, dev) for x in (a, b, out)]
     lib[lib.entry_name](*args)
     np.testing.assert_array_equal(args[2].numpy(), a.astype(np.float32) @ b.astype(np.float32))
 
 
 def test_bf16_code_uses_vdpbf16ps_with_accumulators_in_registers(bf16_host):
     w = K.matmul(64, 64, 64, "bfloat16")
-    lib = _tvm.build(S.schedule(w, bf16_host).mod, bf16_host)
+    lib = tvm_api.build(S.schedule(w, bf16_host).mod, bf16_host)
     asm = lib.inspect_source("asm")
     assert "vdpbf16ps" in asm
     assert "tvm_ext_dpbf16ps_16x2" not in asm  # the shim was inlined: no call remains
@@ -116,7 +116,7 @@ def test_bf16_code_uses_vdpbf16ps_with_accumulators_in_registers(bf16_host):
 
 def test_bf16_rule_claims_only_bf16_on_bf16_cpus(host):
     assert not matmul_bf16.applies(K.matmul(8, 8, 8, "float32"), host)
-    generic = _tvm.Target(
+    generic = tvm_api.Target(
         {"kind": "llvm", "mcpu": "haswell", "mtriple": "x86_64-unknown-linux-gnu", "num-cores": 1}
     )
     w = K.matmul(20, 20, 20, "bfloat16")

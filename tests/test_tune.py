@@ -4,13 +4,13 @@ import math
 
 import pytest
 from tvm_ext.cost import RooflinePolicy, evaluate
-from tvm_ext.cost.metaschedule import PolicyCostModel, PruneStats, PruningSearch
 
-from tvm_ext import _tvm
 from tvm_ext import kernels as K
 from tvm_ext import schedules as S
+from tvm_ext.base import tvm_api
+from tvm_ext.search.adapters import PolicyCostModel, PruneStats, PruningSearch
 
-ms = _tvm.meta_schedule()
+ms = tvm_api.ms
 
 
 class ScriptedSearch:
@@ -34,7 +34,7 @@ class ScriptedSearch:
 def _cands(w, host, n_naive, n_hand):
     args = ms.arg_info.ArgInfo.from_prim_func(w.func)
     naive = [
-        ms.search_strategy.MeasureCandidate(_tvm.Schedule(w.func), args) for _ in range(n_naive)
+        ms.search_strategy.MeasureCandidate(tvm_api.Schedule(w.func), args) for _ in range(n_naive)
     ]
     hand = [ms.search_strategy.MeasureCandidate(S.schedule(w, host), args) for _ in range(n_hand)]
     return naive + hand
@@ -119,13 +119,13 @@ def test_only_bounds_may_prune(host, machine):
 def test_cost_model_adapter_ranks_the_hand_schedule_above_naive(setting, host, machine):
     w, policy, *_ = setting
     model = PolicyCostModel(policy, host, machine, w)
-    context = ms.TuneContext(mod=_tvm.as_module(w.func), target=host)
+    context = ms.TuneContext(mod=tvm_api.as_module(w.func), target=host)
     scores = model.predict(context, _cands(w, host, 1, 1))
     assert scores.dtype.name == "float64" and scores[1] > scores[0] > 0
 
 
 def test_tune_tiny_workload(tmp_path, host):
-    from tvm_ext.tune import tune
+    from tvm_ext.search.tuner import tune
 
     w = K.matmul(32, 32, 32)
     result = tune(
@@ -154,9 +154,9 @@ def test_tune_tiny_workload(tmp_path, host):
 def test_failing_policy_stops_the_tune_and_keeps_a_valid_log(tmp_path, host):
     from tvm_ext.cost import Cost
 
-    from tvm_ext.errors import PolicyError
-    from tvm_ext.replay import replay
-    from tvm_ext.tune import tune
+    from tvm_ext.base.errors import PolicyError
+    from tvm_ext.search.replayer import replay
+    from tvm_ext.search.tuner import tune
 
     class NaNPolicy(RooflinePolicy):
         name = "nan-policy"
@@ -170,13 +170,22 @@ def test_failing_policy_stops_the_tune_and_keeps_a_valid_log(tmp_path, host):
     assert replay(w, host, tmp_path).measurement.max_rel_error < 1e-4  # hand record kept
 
 
-def test_package_level_tune_and_replay_call_the_functions(monkeypatch):
-    import tvm_ext
+def test_package_level_tune_replay_and_rpc_runner_are_functions_that_forward(monkeypatch):
+    import inspect
 
-    for name in ("tune", "replay"):
-        module = getattr(tvm_ext, name)
-        monkeypatch.setattr(module, name, lambda *a, **k: (name, a, k))
+    import tvm_ext
+    from tvm_ext.search import remote, replayer, tuner
+
+    for name, home in (("tune", tuner), ("replay", replayer)):
+        assert inspect.isfunction(getattr(tvm_ext, name))
+        monkeypatch.setattr(home, name, lambda *a, _name=name, **k: (_name, a, k))
         assert getattr(tvm_ext, name)(1, target=2) == (name, (1,), {"target": 2})
+    monkeypatch.setattr(remote, "rpc_runner", lambda *a, **k: ("rpc_runner", a, k))
+    assert tvm_ext.rpc_runner("h:1", "key", max_workers=2) == (
+        "rpc_runner",
+        ("h:1", "key"),
+        {"max_workers": 2},
+    )
 
 
 def test_tune_takes_a_workload(host):

@@ -1,27 +1,45 @@
-"""tvm-ext: hand schedules, admissible cost policies and trustworthy tuning logs for TensorIR."""
+"""tvm-ext: hand schedules, admissible cost policies and trustworthy tuning logs for TensorIR.
+
+The public names. The package is in layers, each a folder, imports pointing one way
+(``tests/test_layers.py`` holds the contract): ``base`` (the door to TVM, errors) <- ``facts``
+(targets, machines, kernels, measurement) <- ``records`` (the tuning-log format) <-
+``schedules`` / ``cost`` <- ``search`` (tune, replay) <- ``faces`` (cli, lab).
+"""
 
 from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from . import (  # noqa: E402
-    _tvm,  # noqa: F401  (raises TVM's thread-pool ceiling before anything runs)
-    errors,
-    kernels,
-)
-from .errors import ParityError, ScheduleNotApplicable, TvmExtError  # noqa: E402
-from .machine import MachineModel, host_machine  # noqa: E402
-from .measure import Measurement, measure  # noqa: E402
-from .target import cuda_target, generic_target, host_target  # noqa: E402
+# tvm_api comes first: it raises TVM's thread-pool ceiling before anything can create the pool.
+from tvm_ext.base import errors, tvm_api  # noqa: F401
+from tvm_ext.base.errors import ParityError, ScheduleNotApplicable, TvmExtError
+from tvm_ext.facts import kernels
+from tvm_ext.facts.machine import MachineModel, host_machine
+from tvm_ext.facts.measure import Measurement, measure
+from tvm_ext.facts.target import cuda_target, generic_target, host_target
 
 
-def __getattr__(name: str):
-    """``tvm_ext.tune`` and ``tvm_ext.replay``, imported on first use (they load MetaSchedule)."""
-    if name in ("tune", "replay"):
-        import importlib
+def tune(mod, target=None, **options):
+    """Tune a kernel; see :func:`tvm_ext.search.tuner.tune` (imported on first call: it loads
+    MetaSchedule)."""
+    from tvm_ext.search.tuner import tune as _tune
 
-        return importlib.import_module(f"{__name__}.{name}")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return _tune(mod, target=target, **options)
+
+
+def replay(obj, target=None, **options):
+    """Replay a frozen log; see :func:`tvm_ext.search.replayer.replay`."""
+    from tvm_ext.search.replayer import replay as _replay
+
+    return _replay(obj, target=target, **options)
+
+
+def rpc_runner(tracker: str, key: str, **options):
+    """A MetaSchedule runner measuring on remote devices; see
+    :func:`tvm_ext.search.remote.rpc_runner`."""
+    from tvm_ext.search.remote import rpc_runner as _rpc_runner
+
+    return _rpc_runner(tracker, key, **options)
 
 
 __all__ = [
@@ -38,5 +56,6 @@ __all__ = [
     "kernels",
     "measure",
     "replay",
+    "rpc_runner",
     "tune",
 ]

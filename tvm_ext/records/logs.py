@@ -11,23 +11,49 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 import os
 import pathlib
 import platform
 import tempfile
+from dataclasses import dataclass
 from importlib.metadata import version
 from typing import Iterable
 
 from filelock import FileLock
 
-from . import _tvm
-from .errors import CorruptLog
-from .kernels import Workload, from_func
+from tvm_ext.base import tvm_api
+from tvm_ext.base.errors import CorruptLog
+from tvm_ext.facts.kernels import Workload, from_func
 
 WORKLOADS_FILE = "database_workload.json"
 RECORDS_FILE = "database_tuning_record.json"
 MANIFEST_FILE = "manifest.json"
 MANIFEST_SCHEMA = 1
+# MetaSchedule records a failed build or run as 1e10 s; any mean at or above this is a failure.
+FAILED_SECONDS = 1e9
+
+
+@dataclass(frozen=True)
+class Record:
+    """One line of a records file: ``[workload index, [trace, run seconds, target, args]]``."""
+
+    line: int  # 1-based line number in the records file
+    row: list  # the parsed line, as MetaSchedule wrote it
+    trace_json: object
+    seconds: float | None  # mean of the runs; None for a failed build or run
+
+    @property
+    def failed(self) -> bool:
+        return self.seconds is None
+
+
+def run_seconds(run_secs) -> float | None:
+    """The mean of a record's run times, or None when the build or run failed."""
+    values = [float(s) for s in run_secs or ()]
+    if not values or any(not math.isfinite(v) or v >= FAILED_SECONDS for v in values):
+        return None
+    return sum(values) / len(values)
 
 
 def cpu_model() -> str:
@@ -50,7 +76,7 @@ def target_key(target) -> str:
 
 
 def structural_hash(func) -> str:
-    return f"{_tvm.tvm_ffi.structural_hash(func) & (2**64 - 1):016x}"
+    return f"{tvm_api.tvm_ffi.structural_hash(func) & (2**64 - 1):016x}"
 
 
 def workload_key(func) -> str:
@@ -108,17 +134,70 @@ def read_manifest(folder: pathlib.Path) -> dict:
     return data
 
 
-def _record_lines(work_dir: pathlib.Path) -> list[str]:
-    path = work_dir / RECORDS_FILE
+def read_records(folder: pathlib.Path) -> list[Record]:
+    """Every record of the records file in ``folder`` (a log folder or a MetaSchedule work dir),
+    in measurement order; none when there is no file. A line that is not a tuning record is a
+    CorruptLog naming the file and line."""
+    path = pathlib.Path(folder) / RECORDS_FILE
     if not path.exists():
         return []
-    lines = []
-    for row in read_json_lines(path):
-        if not (isinstance(row, list) and len(row) == 2 and isinstance(row[1], list)):
-            raise CorruptLog(f"{path}: a record is not [workload index, [trace, secs, ...]]")
-        row[0] = 0  # a log folder holds one workload
-        lines.append(json.dumps(row))
-    return lines
+    records = []
+    for number, row in enumerate(read_json_lines(path), 1):
+        try:
+            if not (isinstance(row, list) and len(row) == 2 and isinstance(row[1], list)):
+                raise TypeError("expected [workload index, [trace, run seconds, ...]]")
+            trace_json, secs = row[1][0], row[1][1]
+            if not isinstance(secs, list) or not secs:
+                raise TypeError(f"run seconds {secs!r} is not a non-empty list")
+            seconds = run_seconds(secs)
+        except (TypeError, IndexError, ValueError) as err:
+            raise CorruptLog(
+                f"{path}, line {number}: not a tuning record ({type(err).__name__}: {err})"
+            ) from err
+        records.append(Record(number, row, trace_json, seconds))
+    return records
+
+
+def best_record(folder: pathlib.Path, chosen: int | None = None) -> Record:
+    """The record a tune chose (line ``chosen``, from the manifest's ``best_record``), else
+    the fastest successful one."""
+    records = read_records(folder)
+    if chosen is not None:
+        if not 1 <= chosen <= len(records):
+            raise CorruptLog(
+                f"{folder / MANIFEST_FILE}: best_record {chosen} is past the last record of "
+                f"{folder / RECORDS_FILE}"
+            )
+        if records[chosen - 1].failed:
+            raise CorruptLog(f"{folder / MANIFEST_FILE}: best_record {chosen} is a failed run")
+        return records[chosen - 1]
+    ok = [r for r in records if not r.failed]
+    if not ok:
+        raise CorruptLog(f"{folder / RECORDS_FILE} holds no successful record")
+    return min(ok, key=lambda r: r.seconds)
+
+
+def uses_tensorize(trace_json) -> bool:
+    """Whether a trace (as JSON) has a Tensorize instruction (spelled ``"Tensorize"`` there)."""
+    return '"tensorize"' in json.dumps(trace_json, default=str).lower()
+
+
+def apply_trace(func, trace) -> "tvm_api.Schedule":
+    """A fresh Schedule of a deep copy of ``func`` (PrimFunc or IRModule) with a recorded
+    trace applied, post-processing included (a trace records the post-processors' steps after
+    ``EnterPostproc``), so the schedule is the one that was built and measured. ``trace`` is a
+    ``Trace`` or its JSON. A tensorized trace needs its intrinsics registered first."""
+    sch = tvm_api.Schedule(tvm_api.deep_copy(tvm_api.as_module(func)))
+    if isinstance(trace, tvm_api.s_tir.schedule.Trace):
+        trace.apply_to_schedule(sch, remove_postproc=False)
+    else:
+        tvm_api.s_tir.schedule.Trace.apply_json_to_schedule(trace, sch)
+    return sch
+
+
+def _record_lines(folder: pathlib.Path) -> list[str]:
+    """The records of ``folder`` as lines for a one-workload log (workload index 0)."""
+    return [json.dumps([0, record.row[1]]) for record in read_records(folder)]
 
 
 def merge_into_log(
@@ -172,9 +251,9 @@ def make_manifest(
     return {
         "schema": MANIFEST_SCHEMA,
         "package_version": version("tvm-ext"),
-        "tvm_version": _tvm.tvm.__version__,
+        "tvm_version": tvm_api.TVM_VERSION,
         "tvm_ffi_version": version("apache-tvm-ffi"),
-        "target": json.loads(_tvm.json_of_target(target)),
+        "target": json.loads(tvm_api.json_of_target(target)),
         "target_key": target_key(target),
         "cpu_model": cpu_model() if target.kind.name == "llvm" else None,
         "threads": threads,

@@ -25,15 +25,25 @@ import tvm  # noqa: E402  (must follow the environment set-up above)
 import tvm.s_tir  # noqa: E402,F401
 import tvm.tirx  # noqa: E402,F401
 import tvm_ffi  # noqa: E402,F401
-from tvm import te  # noqa: E402,F401
+from tvm import ir, runtime, s_tir, te, tirx, transform  # noqa: E402,F401
+from tvm.s_tir import meta_schedule as ms  # noqa: E402,F401
+from tvm.script import tirx as T  # noqa: E402,F401  (TVMScript, for kernels and intrinsics)
+from tvm.support.popen_pool import PopenPoolExecutor  # noqa: E402,F401
+from tvm.support.tar import tar  # noqa: E402,F401
 
-from .errors import ThreadConfigError  # noqa: E402
+from tvm_ext.base.errors import ThreadConfigError  # noqa: E402
 
+# The TVM names the rest of the package uses, under their TVM 0.27 homes.
+TVM_VERSION = tvm.__version__
 Schedule = tvm.s_tir.Schedule
 ScheduleError = tvm.s_tir.schedule.ScheduleError
+TensorIntrin = tvm.s_tir.TensorIntrin
 PrimFunc = tvm.tirx.PrimFunc
 IRModule = tvm.IRModule
 Target = tvm.target.Target
+derived_object = tvm.ir.utils.derived_object  # for Python subclasses of MetaSchedule's classes
+cpu = tvm.cpu
+cuda = tvm.cuda
 
 
 def global_func(name: str):
@@ -111,6 +121,12 @@ def param_specs(func: PrimFunc) -> list[tuple[tuple[int, ...], str]]:
     return specs
 
 
+def deep_copy(mod: "tvm.IRModule") -> "tvm.IRModule":
+    """An independent copy of ``mod`` (a trace replayed onto a module that an earlier replay
+    still references crashes TVM 0.27)."""
+    return tvm.ir.load_json(tvm.ir.save_json(mod))
+
+
 def tensor(array, device):
     """A TVM runtime tensor holding a copy of numpy ``array`` on ``device``."""
     return tvm.runtime.tensor(array, device)
@@ -122,14 +138,15 @@ def build(mod: "tvm.IRModule", target: "tvm.target.Target"):
 
 
 def meta_schedule(target_kind: str = "llvm"):
-    """``tvm.s_tir.meta_schedule``, without paying for every tensor intrinsic TVM has.
+    """``tvm.s_tir.meta_schedule``, ready to make a tuning context without paying for every
+    tensor intrinsic TVM has. Called when a tuning context is about to be made, never at import.
 
     MetaSchedule imports ``tvm.s_tir.tensor_intrin`` (registering ~500 intrinsics, 19-43 s
     here) when a tuning context is made. The package is entered in ``sys.modules`` as a plain
     namespace over TVM's own files; only CUDA targets import a submodule (the WMMA/MMA
     intrinsics its stock rules use); CPU tuning uses a rule set without intrinsic rules
-    (tvm_ext.tune._space). TVM's files are not changed; ``import tvm.s_tir.tensor_intrin.x86``
-    still works afterwards.
+    (tvm_ext.search.space.design_space). TVM's files are not changed;
+    ``import tvm.s_tir.tensor_intrin.x86`` still works afterwards.
     """
     import importlib
     import sys

@@ -6,32 +6,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from tvm_ext.kernels import np_dtype
+from tvm_ext.base import tvm_api
+from tvm_ext.facts.kernels import np_dtype
 
 # Loops whose inner loop nest holds at most this many iterations may be fully unrolled and
 # loop-vectorized by LLVM even when the schedule did not ask (measured: shared/bound-study.md).
 AUTO_VECTOR_INNER_LIMIT = 1024
-_ARITH = {"Add", "Sub", "Mul", "Div", "FloorDiv", "FloorMod", "Max", "Min", "Mod"}
-_FREE = {
-    "Cast",
-    "TensorLoad",
-    "Var",
-    "IntImm",
-    "FloatImm",
-    "StringImm",
-    "Broadcast",
-    "Ramp",
-    "LT",
-    "LE",
-    "GT",
-    "GE",
-    "EQ",
-    "NE",
-    "And",
-    "Or",
-    "Not",
-    "Select",
-}
+tirx, s_tir, ir = tvm_api.tirx, tvm_api.s_tir, tvm_api.ir
+_ARITH = (tirx.Add, tirx.Sub, tirx.Mul, tirx.Div, tirx.FloorDiv, tirx.FloorMod, tirx.Max,
+          tirx.Min, tirx.Mod)  # fmt: skip
+_FREE = (ir.TensorLoad, tirx.Var, tirx.IntImm, tirx.FloatImm, ir.StringImm, tirx.Broadcast,
+         tirx.Ramp, tirx.LT, tirx.LE, tirx.GT, tirx.GE, tirx.EQ, tirx.NE, tirx.And, tirx.Or,
+         tirx.Not, tirx.Select)  # fmt: skip
 # Op names are "prim.exp", "tirx.exp", ... across TVM versions: match on the last part.
 _MATH_CALLS = {"exp", "exp2", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "pow", "fabs", "erf",
                "floor", "ceil", "round", "shift_left", "shift_right"}  # fmt: skip
@@ -78,55 +64,52 @@ class Unsupported(Exception):
 
 
 def _count_flops(expr) -> int:
-    kind = type(expr).__name__
-    if kind in _ARITH:
+    if isinstance(expr, _ARITH):
         return 1 + _count_flops(expr.a) + _count_flops(expr.b)
-    if kind in ("Cast",):
+    if isinstance(expr, tirx.Cast):
         return _count_flops(expr.value)
-    if kind == "Call":
+    if isinstance(expr, ir.Call):
         op = str(getattr(expr.op, "name", expr.op)).rsplit(".", 1)[-1]
         if op in _MATH_CALLS:
             return 1 + sum(_count_flops(a) for a in expr.args)
         if op in _FREE_CALLS:
             return sum(_count_flops(a) for a in expr.args if not isinstance(a, str))
         raise Unsupported(f"call to {op}")
-    if kind in _FREE:
+    if isinstance(expr, _FREE):
         return 0
-    raise Unsupported(f"expression {kind}")
+    raise Unsupported(f"expression {type(expr).__name__}")
 
 
 def _body_flops(stmt) -> int:
-    kind = type(stmt).__name__
-    if kind == "BufferStore":
+    if isinstance(stmt, tirx.BufferStore):
         return _count_flops(stmt.value)
-    if kind == "SeqStmt":
+    if isinstance(stmt, tirx.SeqStmt):
         return sum(_body_flops(s) for s in stmt.seq)
-    raise Unsupported(f"statement {kind} in a block body")
+    raise Unsupported(f"statement {type(stmt).__name__} in a block body")
 
 
 @dataclass
 class _Loop:
     var: object
     extent: int
-    kind: int
+    kind: "tirx.ForKind"
     thread: str | None
 
 
 def _int(expr) -> int | None:
-    return int(expr.value) if type(expr).__name__ == "IntImm" else None
+    return int(expr.value) if isinstance(expr, tirx.IntImm) else None
 
 
 def _uses(expr, var) -> bool:
     """Whether ``var`` occurs in ``expr`` (integer index arithmetic only)."""
-    kind = type(expr).__name__
-    if kind == "Var":
+    if isinstance(expr, tirx.Var):
         return expr.same_as(var)
     if hasattr(expr, "a"):
         return _uses(expr.a, var) or _uses(expr.b, var)
     return False
 
 
-class _Walker:
+class Walker:
     def __init__(self, cores: int, max_lanes: int):
         self.cores, self.max_lanes = cores, max_lanes
         self.blocks: list[BlockFacts] = []
@@ -135,45 +118,43 @@ class _Walker:
         self.touched: int | None = 0
 
     def stmt(self, node, loops: list[_Loop]) -> None:
-        kind = type(node).__name__
-        if kind == "For":
+        if isinstance(node, tirx.For):
             extent = _int(node.extent)
             if extent is None:
                 raise Unsupported("a loop with a symbolic extent")
             tag = str(node.thread_binding.thread_tag) if node.thread_binding is not None else None
             if tag:
                 self.threads[tag] = max(self.threads.get(tag, 1), extent)
-            self.stmt(node.body, loops + [_Loop(node.loop_var, extent, int(node.kind), tag)])
-        elif kind == "SeqStmt":
+            self.stmt(node.body, loops + [_Loop(node.loop_var, extent, node.kind, tag)])
+        elif isinstance(node, tirx.SeqStmt):
             for s in node.seq:
                 self.stmt(s, loops)
-        elif kind == "SBlockRealize":
+        elif isinstance(node, s_tir.SBlockRealize):
             self.block(node, loops)
-        elif kind == "SBlock":
+        elif isinstance(node, s_tir.SBlock):
             self.stmt(node.body, loops)
-        elif kind in ("BufferStore", "Evaluate"):
+        elif isinstance(node, (tirx.BufferStore, tirx.Evaluate)):
             pass  # statements directly in a loop nest (not in a block): none in s_tir
         else:
-            raise Unsupported(f"statement {kind}")
+            raise Unsupported(f"statement {type(node).__name__}")
 
     def block(self, realize, loops: list[_Loop]) -> None:
         block = realize.block
-        if any(type(s).__name__ in ("SBlockRealize", "For") for s in _children(block.body)):
+        if any(isinstance(s, (s_tir.SBlockRealize, tirx.For)) for s in _children(block.body)):
             self.stmt(block.body, loops)  # a block around other blocks (the root, say)
             return
-        reduce_vars = [
-            v for iv, v in zip(block.iter_vars, realize.iter_values) if int(iv.iter_type) == 2
-        ]
-        spatial_vars = [
-            v for iv, v in zip(block.iter_vars, realize.iter_values) if int(iv.iter_type) != 2
-        ]
+        reduce = tirx.IterVar.CommReduce
+        pairs = list(zip(block.iter_vars, realize.iter_values))
+        reduce_vars = [v for iv, v in pairs if int(iv.iter_type) == reduce]
+        spatial_vars = [v for iv, v in pairs if int(iv.iter_type) != reduce]
         is_red = [any(_uses(v, lp.var) for v in reduce_vars) for lp in loops]
         is_spatial = [any(_uses(v, lp.var) for v in spatial_vars) for lp in loops]
         instances = math.prod(lp.extent for lp in loops)
-        parallel = math.prod(lp.extent for lp in loops if lp.kind == 1)  # ForKind.PARALLEL
+        kinds = tirx.ForKind
+        parallel = math.prod(lp.extent for lp in loops if lp.kind == kinds.PARALLEL)
         cores_used = parallel / math.ceil(parallel / self.cores) if parallel > 1 else 1.0
-        explicit = max([lp.extent for lp in loops if lp.kind == 2] or [1])  # VECTORIZED
-        unroll = math.prod(lp.extent for lp in loops if lp.kind == 3)  # UNROLLED
+        explicit = max([lp.extent for lp in loops if lp.kind == kinds.VECTORIZED] or [1])
+        unroll = math.prod(lp.extent for lp in loops if lp.kind == kinds.UNROLLED)
         possible = explicit
         for depth, lp in enumerate(loops):
             below = math.prod(x.extent for x in loops[depth + 1 :])
@@ -182,7 +163,7 @@ class _Walker:
         red_depths = [d for d, r in enumerate(is_red) if r]
         length = math.prod(loops[d].extent for d in red_depths) if red_depths else 1
         inside = math.prod(lp.extent for lp in loops[red_depths[-1] + 1 :]) if red_depths else 1
-        tensorized = not all(type(s).__name__ == "BufferStore" for s in _children(block.body))
+        tensorized = not all(isinstance(s, tirx.BufferStore) for s in _children(block.body))
         try:
             flops = _body_flops(block.body)
             touched = _access_bytes(block.body) * instances
@@ -212,19 +193,17 @@ class _Walker:
 
 
 def _children(stmt):
-    kind = type(stmt).__name__
-    return list(stmt.seq) if kind == "SeqStmt" else [stmt]
+    return list(stmt.seq) if isinstance(stmt, tirx.SeqStmt) else [stmt]
 
 
 def _loads(expr) -> list:
-    kind = type(expr).__name__
-    if kind == "TensorLoad":
+    if isinstance(expr, ir.TensorLoad):
         return [expr]
     if hasattr(expr, "a") and hasattr(expr, "b"):
         return _loads(expr.a) + _loads(expr.b)
-    if kind == "Cast":
+    if isinstance(expr, tirx.Cast):
         return _loads(expr.value)
-    if kind == "Call":
+    if isinstance(expr, ir.Call):
         return [x for a in expr.args if not isinstance(a, str) for x in _loads(a)]
     return []
 
@@ -233,7 +212,7 @@ def _access_bytes(stmt) -> int:
     """Bytes one run of a block body loads and stores, counting every access (no reuse)."""
     total = 0
     for s in _children(stmt):
-        if type(s).__name__ != "BufferStore":
+        if not isinstance(s, tirx.BufferStore):
             raise Unsupported(f"statement {type(s).__name__} in a block body")
         total += np_dtype(str(s.buffer.dtype)).itemsize
         total += sum(np_dtype(str(ld.source.dtype)).itemsize for ld in _loads(s.value))
@@ -242,6 +221,6 @@ def _access_bytes(stmt) -> int:
 
 def _store_dtype(stmt):
     for s in _children(stmt):
-        if type(s).__name__ == "BufferStore":
+        if isinstance(s, tirx.BufferStore):
             return s.buffer.dtype
     return None

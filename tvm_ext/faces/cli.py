@@ -11,14 +11,15 @@ import pandas as pd
 
 
 def _info(args) -> int:
-    from . import __version__
-    from ._tvm import tvm
-    from .machine import cache_path, host_machine
-    from .target import host_target
+    from importlib.metadata import version
+
+    from tvm_ext.base.tvm_api import TVM_VERSION
+    from tvm_ext.facts.machine import cache_path, host_machine
+    from tvm_ext.facts.target import host_target
 
     target = host_target()
     model = host_machine(target, reprobe=args.reprobe)
-    print(f"tvm-ext {__version__}, TVM {tvm.__version__}")
+    print(f"tvm-ext {version('tvm-ext')}, TVM {TVM_VERSION}")
     print(
         "target: " + json.dumps({k: str(target.attrs[k]) for k in ("mcpu", "mtriple", "num-cores")})
     )
@@ -38,8 +39,8 @@ def _info(args) -> int:
 
 
 def _lab(args) -> int:
-    from .lab import run_lab
-    from .target import host_target
+    from tvm_ext.faces.lab import run_lab
+    from tvm_ext.facts.target import host_target
 
     target = host_target()
     print(
@@ -55,9 +56,9 @@ def _lab(args) -> int:
 def _tune(args) -> int:
     import inspect
 
-    from . import kernels
-    from .target import host_target
-    from .tune import tune
+    from tvm_ext.facts import kernels
+    from tvm_ext.facts.target import host_target
+    from tvm_ext.search.tuner import tune
 
     ctor = kernels.SUITE.get(args.kernel)
     if ctor is None:
@@ -99,7 +100,7 @@ def _tune(args) -> int:
 
 
 def _replay(args) -> int:
-    from .replay import replay
+    from tvm_ext.search.replayer import replay
 
     r = replay(args.folder, allow_other_target=args.allow_other_target)
     m, rec = r.measurement, r.recorded
@@ -115,8 +116,8 @@ def _replay(args) -> int:
 
 
 def _report(args) -> int:
-    from .logs import report
-    from .machine import host_machine
+    from tvm_ext.facts.machine import host_machine
+    from tvm_ext.records.logs import report
 
     table = report(args.log_dir, host_machine())
     if table.empty:
@@ -132,7 +133,7 @@ def _report(args) -> int:
 
 def load_policy(spec: str):
     """``roofline``, ``service:PROFILE.json`` or ``xgboost:MODEL.json`` as a policy."""
-    from .cost import RooflinePolicy, ServicePolicy, ServiceProfile, XGBoostPolicy
+    from tvm_ext.cost import RooflinePolicy, ServicePolicy, ServiceProfile, XGBoostPolicy
 
     kind, _, path = spec.partition(":")
     if kind == "roofline" and not path:
@@ -150,9 +151,9 @@ def _evaluate_policies(args) -> int:
     import datetime
     import pathlib
 
-    from .cost import dataset
-    from .cost.heldout import evaluate_policies
-    from .logs import cpu_model
+    from tvm_ext.cost import dataset
+    from tvm_ext.cost.heldout import evaluate_policies
+    from tvm_ext.records.logs import cpu_model
 
     data = dataset(args.logs, progress=True)
     kinds = data["kernel"].nunique()

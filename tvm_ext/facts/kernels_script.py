@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tvm.script import tirx as T
+from tvm_ext.base.tvm_api import T
 
 
 def axpy_func(n: int, alpha: float, dtype: str):

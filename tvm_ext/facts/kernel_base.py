@@ -9,8 +9,8 @@ from typing import Callable, Sequence
 import ml_dtypes
 import numpy as np
 
-from . import _tvm
-from ._tvm import te
+from tvm_ext.base import tvm_api
+from tvm_ext.base.tvm_api import te
 
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")
 # "uint8" is x86's VNNI operand convention: A uint8, B int8, int32 accumulation.
@@ -27,7 +27,7 @@ ACC_DTYPE = {
 }
 
 
-def _b_dtype(dtype: str) -> str:
+def b_dtype_of(dtype: str) -> str:
     return "int8" if dtype == "uint8" else dtype
 
 
@@ -50,7 +50,7 @@ class Workload:
 
     name: str
     args: dict
-    func: "_tvm.PrimFunc"
+    func: "tvm_api.PrimFunc"
     flops: int
     min_bytes: int
     dtype: str
@@ -73,25 +73,25 @@ class Workload:
         return self._reference(arrays)
 
 
-def _check_dims(**dims) -> None:
+def check_dims(**dims) -> None:
     for name, value in dims.items():
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise ValueError(f"{name}={value!r} must be a positive int")
 
 
-def _check_dtype(dtype, choices: Sequence[str], kernel: str) -> None:
+def check_dtype(dtype, choices: Sequence[str], kernel: str) -> None:
     if dtype not in choices:
         raise ValueError(
             f"{kernel}: dtype={dtype!r} is not supported; choose one of {tuple(choices)}"
         )
 
 
-def _check_eps(eps) -> None:
+def check_eps(eps) -> None:
     if isinstance(eps, bool) or not isinstance(eps, float) or not eps > 0:
         raise ValueError(f"eps={eps!r} must be a positive float")
 
 
-def _random(rng: np.random.Generator, shape, dtype: str, low=-1.0, high=1.0) -> np.ndarray:
+def random_array(rng: np.random.Generator, shape, dtype: str, low=-1.0, high=1.0) -> np.ndarray:
     if dtype == "int8":
         return rng.integers(-128, 128, size=shape, dtype=np.int8)
     if dtype == "uint8":
@@ -99,18 +99,18 @@ def _random(rng: np.random.Generator, shape, dtype: str, low=-1.0, high=1.0) -> 
     return rng.uniform(low, high, size=shape).astype(np_dtype(dtype))
 
 
-def _wide(a: np.ndarray) -> np.ndarray:
+def widen(a: np.ndarray) -> np.ndarray:
     return a.astype(np.int64) if np.issubdtype(a.dtype, np.integer) else a.astype(np.float64)
 
 
-def _nbytes(func) -> int:
-    return sum(int(np.prod(s)) * np_dtype(d).itemsize for s, d in _tvm.param_specs(func))
+def param_bytes(func) -> int:
+    return sum(int(np.prod(s)) * np_dtype(d).itemsize for s, d in tvm_api.param_specs(func))
 
 
-def _make(name, args, tensors, flops, dtype, make_inputs, reference, func=None) -> Workload:
+def make_workload(name, args, tensors, flops, dtype, make_inputs, reference, func=None) -> Workload:
     func = te.create_prim_func(tensors) if func is None else func
     func = func.with_attr(WORKLOAD_ATTR, json.dumps({"kernel": name, "args": args}))
-    specs = _tvm.param_specs(func)
+    specs = tvm_api.param_specs(func)
     n_out = 1
 
     def inputs(rng):
@@ -122,7 +122,7 @@ def _make(name, args, tensors, flops, dtype, make_inputs, reference, func=None) 
         dict(args),
         func,
         int(flops),
-        _nbytes(func),
+        param_bytes(func),
         dtype,
         tuple(range(len(specs) - n_out, len(specs))),
         inputs,

@@ -1,7 +1,7 @@
 """Build, check parity, time: the three numbers (parity, GFLOP/s, % of roofline peak).
 
 Parity comes first: a module whose output differs from the reference raises
-:class:`~tvm_ext.errors.ParityError` and is never timed.
+:class:`~tvm_ext.base.errors.ParityError` and is never timed.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from typing import Sequence
 
 import numpy as np
 
-from . import _tvm
-from .errors import ParityError, TvmExtError
-from .kernels import Workload, from_func, np_dtype
-from .machine import MachineModel, host_machine
-from .target import as_target, host_target, target_cores
+from tvm_ext.base import tvm_api
+from tvm_ext.base.errors import ParityError, TvmExtError
+from tvm_ext.facts.kernels import Workload, from_func, np_dtype
+from tvm_ext.facts.machine import MachineModel, host_machine
+from tvm_ext.facts.target import as_target, host_target, target_cores
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ def check_parity(
 
 def _device(target):
     kind = str(target.kind.name)
-    dev = _tvm.tvm.cuda(0) if kind == "cuda" else _tvm.tvm.cpu(0)
+    dev = tvm_api.cuda(0) if kind == "cuda" else tvm_api.cpu(0)
     if not dev.exist:
         raise TvmExtError(f"no {kind} device on this machine to measure on")
     return dev
@@ -109,7 +109,7 @@ def _check_arrays(arrays: Sequence[np.ndarray], specs, label: str) -> None:
 
 def run(lib, arrays: Sequence[np.ndarray], dev) -> list[np.ndarray]:
     """Run a built module once on copies of ``arrays``; returns every parameter afterwards."""
-    tensors = [_tvm.tensor(a, dev) for a in arrays]
+    tensors = [tvm_api.tensor(a, dev) for a in arrays]
     lib[lib.entry_name](*tensors)
     return [t.numpy() for t in tensors]
 
@@ -127,37 +127,37 @@ def _random_inputs(specs, seed: int) -> list[np.ndarray]:
 
 def _prepare(obj, workload, target, reference, seed):
     """Build ``obj`` and check its parity; returns what timing needs next."""
-    mod = _tvm.as_module(obj)
-    func = _tvm.main_func(mod)
+    mod = tvm_api.as_module(obj)
+    func = tvm_api.main_func(mod)
     target = as_target(target)
     workload = workload if workload is not None else from_func(func)
-    specs = _tvm.param_specs(func)
+    specs = tvm_api.param_specs(func)
     label = workload.key if workload else str(func.attrs.get("global_symbol", "kernel"))
     dev = _device(target)
-    lib = _tvm.build(mod, target)
+    lib = tvm_api.build(mod, target)
     threads = target_cores(target) if target.kind.name == "llvm" else 1
     if workload is not None:
         arrays = workload.inputs(seed)
         _check_arrays(arrays, specs, label)
-        with _tvm.threads(threads):
+        with tvm_api.threads(threads):
             result = run(lib, arrays, dev)
         outs = [result[i] for i in workload.outputs]
         errors = check_parity(outs, workload.reference(arrays), label)
         cost = (workload.flops, workload.min_bytes, workload.dtype)
     elif reference is not None:
-        ref_mod = _tvm.as_module(reference)
+        ref_mod = tvm_api.as_module(reference)
         _check_arrays(
-            _random_inputs(_tvm.param_specs(_tvm.main_func(ref_mod)), seed),
+            _random_inputs(tvm_api.param_specs(tvm_api.main_func(ref_mod)), seed),
             specs,
             f"{label} vs its reference",
         )
         arrays = _random_inputs(specs, seed)
-        with _tvm.threads(threads):
+        with tvm_api.threads(threads):
             result = run(lib, arrays, dev)
-            expected = run(_tvm.build(ref_mod, target), arrays, dev)
+            expected = run(tvm_api.build(ref_mod, target), arrays, dev)
         errors = check_parity(result, expected, label)
         nbytes = sum(int(np.prod(s)) * np_dtype(d).itemsize for s, d in specs)
-        cost = (int(_tvm.tvm.s_tir.analysis.estimate_tir_flops(mod)), nbytes, specs[0][1])
+        cost = (int(tvm_api.s_tir.analysis.estimate_tir_flops(mod)), nbytes, specs[0][1])
     else:
         raise ValueError(
             f"{label}: no reference to check parity against; pass workload= (a tvm_ext.kernels "
@@ -199,12 +199,12 @@ def measure(
     target, label, dev, lib, threads, arrays, (abs_err, rel_err), (flops, nbytes, dtype) = _prepare(
         obj, workload, target, reference, seed
     )
-    tensors = [_tvm.tensor(a, dev) for a in arrays]
+    tensors = [tvm_api.tensor(a, dev) for a in arrays]
     ev = lib.time_evaluator(
         lib.entry_name, dev, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms
     )
     warm = lib.time_evaluator(lib.entry_name, dev, number=1, repeat=1, min_repeat_ms=min_repeat_ms)
-    with _tvm.threads(threads):
+    with tvm_api.threads(threads):
         warm(*tensors)  # warm the thread pool, clocks and caches; discarded
         times = np.array(ev(*tensors).results, dtype=np.float64)
     median = float(np.median(times))

@@ -8,10 +8,10 @@ from typing import Callable
 
 import pandas as pd
 
-from . import kernels
-from .errors import ParityError
-from .measure import measure
-from .target import as_target
+from tvm_ext.base.errors import ParityError
+from tvm_ext.facts import kernels
+from tvm_ext.facts.measure import measure
+from tvm_ext.facts.target import as_target
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ def default_rows(trials: int = 32) -> list[LabRow]:
         ),
     ]
     if trials > 0:
-        from tvm_ext.tune import tune
+        from tvm_ext.search.tuner import tune
 
         rows.append(
             LabRow(

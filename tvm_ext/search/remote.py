@@ -6,13 +6,13 @@ device's physical cores, since a remote runtime sizes its own thread pool)::
     python -m tvm.exec.rpc_tracker --host 0.0.0.0 --port 9190
     TVM_NUM_THREADS=8 python -m tvm.exec.rpc_server --tracker tracker-host:9190 --key my-board
 
-then ``tvm_ext.tune(mod, target, runner=tvm_ext.remote.rpc_runner("tracker-host:9190",
+then ``tvm_ext.tune(mod, target, runner=tvm_ext.search.remote.rpc_runner("tracker-host:9190",
 key="my-board"))``.
 """
 
 from __future__ import annotations
 
-from . import _tvm
+from tvm_ext.base import tvm_api
 
 
 def rpc_runner(
@@ -32,7 +32,7 @@ def rpc_runner(
         raise ValueError(f"tracker={tracker!r} must be 'host:port'")
     if not isinstance(key, str) or not key:
         raise ValueError(f"key={key!r} must be a non-empty string")
-    ms = _tvm.meta_schedule()
+    ms = tvm_api.meta_schedule()
     config = ms.runner.RPCConfig(
         tracker_host=host,
         tracker_port=int(port),

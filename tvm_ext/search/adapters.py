@@ -18,15 +18,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tvm_ext import _tvm
-from tvm_ext.errors import PolicyError
-
-from .features import features
-from .policy import Cost, hard_constraints, validated_coefficients, validated_cost
+from tvm_ext.base import tvm_api
+from tvm_ext.base.errors import PolicyError
+from tvm_ext.cost.features import features
+from tvm_ext.cost.policy import Cost, hard_constraints, validated_coefficients, validated_cost
+from tvm_ext.records.logs import run_seconds
 
 log = logging.getLogger(__name__)
-ms = _tvm.meta_schedule()
-derived_object = _tvm.tvm.ir.utils.derived_object
+ms = tvm_api.ms
+derived_object = tvm_api.derived_object
 PRUNED = "pruned: proven lower bound >= incumbent"
 
 
@@ -46,6 +46,11 @@ class PruneStats:
     violations: int = 0
     batches: list = field(default_factory=list)  # per batch: generated, dropped, incumbent
     records: list = field(default_factory=list)  # (lower bound, measured s, binding, dropped)
+    first_measured_s: float | None = None  # seconds from the tune's start to the first result
+    # A PolicyError raised inside a MetaSchedule callback reaches the caller as a plain
+    # RuntimeError (the FFI keeps the message, not the type): the first one is kept here, on
+    # the object the search, its clones and the cost model share, and re-raised as itself.
+    policy_error: PolicyError | None = None
 
     def as_dict(self) -> dict:
         keys = (
@@ -64,17 +69,11 @@ class PruneStats:
         }
 
 
-# A PolicyError raised inside a MetaSchedule callback reaches the caller as a plain
-# RuntimeError (the FFI keeps the message, not the type); the first one is kept here so that
-# tune() can re-raise it as itself.
-LAST_POLICY_ERROR: list = []
+class Pricer:
+    """Prices MetaSchedule candidates with a policy; its first failure is kept on ``stats``."""
 
-
-class _Pricer:
-    """Prices MetaSchedule candidates with a policy."""
-
-    def __init__(self, policy, target, machine, workload):
-        self.policy, self.target, self.workload = policy, target, workload
+    def __init__(self, policy, target, machine, workload, stats: PruneStats | None = None):
+        self.policy, self.target, self.workload, self.stats = policy, target, workload, stats
         self.coeffs = validated_coefficients(policy, machine)
 
     def __call__(self, candidate) -> Cost:
@@ -89,7 +88,8 @@ class _Pricer:
                 self.policy, feats, self.coeffs, hard_constraints(feats, self.target)
             )
         except PolicyError as err:
-            LAST_POLICY_ERROR[:] = [err]
+            if self.stats is not None and self.stats.policy_error is None:
+                self.stats.policy_error = err
             raise
 
 
@@ -98,9 +98,9 @@ class PolicyCostModel(ms.cost_model.PyCostModel):
     """A cost policy as MetaSchedule's cost model: predicts ``1 / score_s`` (higher is better);
     an infeasible candidate predicts 0. It ranks; it learns nothing from measurements."""
 
-    def __init__(self, policy, target, machine, workload=None):
+    def __init__(self, policy, target, machine, workload=None, stats: PruneStats | None = None):
         super().__init__()
-        self.pricer = _Pricer(policy, target, machine, workload)
+        self.pricer = Pricer(policy, target, machine, workload, stats)
 
     def load(self, path: str) -> None:  # stateless: nothing to load
         pass
@@ -117,14 +117,6 @@ class PolicyCostModel(ms.cost_model.PyCostModel):
             cost = self.pricer(cand)
             scores[i] = 0.0 if not cost.feasible else 1.0 / max(cost.score_s, 1e-12)
         return scores
-
-
-def _mean_secs(result) -> float | None:
-    secs = result.run_secs
-    if secs is None or len(secs) == 0:
-        return None
-    values = [float(s) for s in secs]
-    return None if any(v >= 1e9 for v in values) else float(np.mean(values))
 
 
 @derived_object
@@ -155,7 +147,7 @@ class PruningSearch(ms.search_strategy.PySearchStrategy):
         self.inner, self.policy, self.target = inner, policy, target
         self.machine, self.workload, self.audit = machine, workload, audit
         self.stats = stats if stats is not None else PruneStats()
-        self.pricer = _Pricer(policy, target, machine, workload)
+        self.pricer = Pricer(policy, target, machine, workload, self.stats)
         self._pending: list = []  # (candidate, cost, dropped) of the batch in flight
         self._unmeasured: list = []  # candidates cut from the batch in flight
 
@@ -214,7 +206,7 @@ class PruningSearch(ms.search_strategy.PySearchStrategy):
         s = self.stats
         incumbent_before = s.incumbent_s
         for (cand, cost, was_dropped), result in zip(self._pending, results):
-            secs = _mean_secs(result)
+            secs = run_seconds(result.run_secs)
             if secs is None:
                 continue
             s.measured += 1
@@ -280,7 +272,7 @@ class WarmStartModel(ms.cost_model.PyCostModel):
 
     def __init__(self, policy, target, machine, workload=None, online=None, handoff: int = 100):
         super().__init__()
-        self.pricer = _Pricer(policy, target, machine, workload)
+        self.pricer = Pricer(policy, target, machine, workload)
         cores = int(target.attrs["num-cores"]) if target.kind.name == "llvm" else 1
         self.online = (
             online
@@ -313,7 +305,7 @@ def pretrained_xgb_model(log_dirs, *, exclude=(), num_tuning_cores: int = 1):
     """MetaSchedule's own ``XGBModel`` updated first with the records of ``log_dirs`` (one
     update per workload, as its per-workload normalization expects), skipping the workload
     keys in ``exclude``: stock MetaSchedule warm-started from past measurements."""
-    from .training_data import ReplayedLog, log_folders
+    from tvm_ext.cost.training_data import ReplayedLog, log_folders
 
     model = ms.cost_model.XGBModel(num_tuning_cores=num_tuning_cores)
     for folder in log_folders(log_dirs):

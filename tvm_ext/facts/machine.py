@@ -18,10 +18,17 @@ from dataclasses import dataclass
 import numpy as np
 import platformdirs
 
-from . import _tvm
-from ._probe_kernels import fma_chains, stream_copy, stream_read
-from .errors import ProbeError
-from .target import as_target, has_feature, lanes_for, target_cores, target_cpu
+from tvm_ext.base import tvm_api
+from tvm_ext.base.errors import ProbeError
+from tvm_ext.facts.probe_kernels import fma_chains, stream_copy, stream_read
+from tvm_ext.facts.target import (
+    as_target,
+    has_feature,
+    lanes_for,
+    missing_features,
+    target_cores,
+    target_cpu,
+)
 
 log = logging.getLogger(__name__)
 SCHEMA = 4
@@ -133,8 +140,8 @@ def cache_sizes() -> dict[int, int]:
 
 
 def _best_seconds(func, arrays, min_seconds: float) -> float:
-    dev = _tvm.tvm.cpu(0)
-    tensors = [_tvm.tensor(a, dev) for a in arrays]
+    dev = tvm_api.cpu(0)
+    tensors = [tvm_api.tensor(a, dev) for a in arrays]
     ev = func.time_evaluator(
         func.entry_name, dev, number=1, repeat=7, min_repeat_ms=int(min_seconds * 1000)
     )
@@ -148,8 +155,8 @@ def probe_fp32_peak(
     target, cores: int, lanes: int = 16, chains: int = 16, steps: int = 200_000
 ) -> float:
     """FLOP/s of ``chains`` independent ``lanes``-wide FMA recurrences on every core."""
-    mod = _tvm.IRModule({"main": fma_chains(cores, chains, lanes, steps)})
-    func = _tvm.build(mod, target)
+    mod = tvm_api.IRModule({"main": fma_chains(cores, chains, lanes, steps)})
+    func = tvm_api.build(mod, target)
     size = cores * chains * lanes
     seconds = _best_seconds(func, [np.ones(size, "float32"), np.zeros(size, "float32")], 0.02)
     return 2.0 * size * steps / seconds
@@ -157,7 +164,7 @@ def probe_fp32_peak(
 
 def probe_fma_latency(target, steps: int = 2_000_000) -> float:
     """Seconds per step of one scalar FMA recurrence (each step waits for the previous)."""
-    func = _tvm.build(_tvm.IRModule({"main": fma_chains(1, 1, 1, steps)}), target)
+    func = tvm_api.build(tvm_api.IRModule({"main": fma_chains(1, 1, 1, steps)}), target)
     seconds = _best_seconds(func, [np.ones(1, "float32"), np.zeros(1, "float32")], 0.02)
     return seconds / steps
 
@@ -166,7 +173,7 @@ def probe_copy_bandwidth(target, cores: int, nbytes: int, lanes: int = 16) -> fl
     """byte/s of a streaming copy whose two arrays together hold about ``nbytes`` (counting
     8 bytes per element, as STREAM does: the write-allocate read is not counted)."""
     n = max(nbytes // 8 // (cores * lanes), 1) * cores * lanes
-    func = _tvm.build(_tvm.IRModule({"main": stream_copy(cores, n, lanes)}), target)
+    func = tvm_api.build(tvm_api.IRModule({"main": stream_copy(cores, n, lanes)}), target)
     seconds = _best_seconds(func, [np.ones(n, "float32"), np.zeros(n, "float32")], 0.05)
     return 8.0 * n / seconds
 
@@ -177,21 +184,32 @@ def probe_read_bandwidth(
     """byte/s of a streaming read (a vector sum) over about ``nbytes``."""
     unit = cores * lanes * chains
     n = max(nbytes // 4 // unit, 1) * unit
-    func = _tvm.build(_tvm.IRModule({"main": stream_read(cores, n, lanes, chains)}), target)
+    func = tvm_api.build(tvm_api.IRModule({"main": stream_read(cores, n, lanes, chains)}), target)
     seconds = _best_seconds(func, [np.ones(n, "float32"), np.zeros(unit, "float32")], 0.05)
     return 4.0 * n / seconds
 
 
 def probe(target=None) -> MachineModel:
-    """Measure the host's peaks and bandwidths with kernels TVM generates (a few seconds)."""
+    """Measure the host's peaks and bandwidths with kernels TVM generates (a few seconds).
+
+    The probes are built for ``target``, so its CPU must be one this host can run: a model of
+    another CPU is probed there (or given with ``overrides``), never guessed here.
+    """
     target = as_target(target)
+    missing = missing_features(target)
+    if missing:
+        raise ProbeError(
+            f"cannot probe a {target_cpu(target)} machine model on this host: its CPU lacks "
+            f"{', '.join(missing)}. Probe on a {target_cpu(target)} machine and pass the model, "
+            "or use this host's target."
+        )
     cores = target_cores(target)
     caches = cache_sizes()
     llc = caches[max(caches)] if caches else 32 << 20
     l2_total = caches.get(2, 1 << 20) * cores
     llc_set = max(min(llc // 2, 4 * l2_total), l2_total)  # above every L2, within half the LLC
     dram_set = max(8 * llc, 256 << 20)
-    with _tvm.threads(cores):
+    with tvm_api.threads(cores):
         # A peak is the best the machine sustains: on a shared host a neighbour can hold a
         # core for a whole probe, so each figure is the best of a few independent probes.
         fp32 = max(probe_fp32_peak(target, cores) for _ in range(3))

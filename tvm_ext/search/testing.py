@@ -10,6 +10,8 @@ import os
 import signal
 import time
 
+from tvm_ext.base import tvm_api
+
 
 def faulty_run_evaluator(state_dir, plan, rt_mod, device, evaluator_config, repeated_args):
     """A ``LocalRunner`` ``f_run_evaluator`` whose n-th run (0-based, counted in
@@ -29,6 +31,6 @@ def faulty_run_evaluator(state_dir, plan, rt_mod, device, evaluator_config, repe
         time.sleep(3600)
     elif action == "raise":
         raise RuntimeError(f"injected failure in run {n}")
-    from tvm.s_tir.meta_schedule.runner.local_runner import default_run_evaluator
-
-    return default_run_evaluator(rt_mod, device, evaluator_config, repeated_args)
+    return tvm_api.ms.runner.local_runner.default_run_evaluator(
+        rt_mod, device, evaluator_config, repeated_args
+    )

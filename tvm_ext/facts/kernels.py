@@ -15,35 +15,35 @@ from typing import Callable
 
 import numpy as np
 
-from . import _tvm
-from ._kernel_base import (  # noqa: F401  (re-exported: the suite's public names)
+from tvm_ext.base import tvm_api
+from tvm_ext.base.tvm_api import te
+from tvm_ext.facts.kernel_base import (  # noqa: F401  (re-exported: the suite's public names)
     ACC_DTYPE,
     FLOAT_DTYPES,
     MATMUL_DTYPES,
     ROW_DTYPES,
     WORKLOAD_ATTR,
     Workload,
-    _b_dtype,
-    _check_dims,
-    _check_dtype,
-    _make,
-    _random,
-    _wide,
+    b_dtype_of,
+    check_dims,
+    check_dtype,
+    make_workload,
     np_dtype,
+    random_array,
+    widen,
 )
-from ._kernels_rows import axpy, layernorm, rmsnorm, softmax  # noqa: F401
-from ._tvm import te
+from tvm_ext.facts.kernels_rows import axpy, layernorm, rmsnorm, softmax  # noqa: F401
 
 
 def matmul(M: int, N: int, K: int, dtype: str = "float32", transpose_b: bool = False) -> Workload:
     """``C[M, N] = A[M, K] @ B[K, N]`` (``B[N, K]`` when ``transpose_b``), accumulated wide."""
-    _check_dims(M=M, N=N, K=K)
-    _check_dtype(dtype, MATMUL_DTYPES, "matmul")
+    check_dims(M=M, N=N, K=K)
+    check_dtype(dtype, MATMUL_DTYPES, "matmul")
     if not isinstance(transpose_b, bool):
         raise TypeError(f"transpose_b={transpose_b!r} must be a bool")
     acc = ACC_DTYPE[dtype]
     A = te.placeholder((M, K), dtype, name="A")
-    B = te.placeholder((N, K) if transpose_b else (K, N), _b_dtype(dtype), name="B")
+    B = te.placeholder((N, K) if transpose_b else (K, N), b_dtype_of(dtype), name="B")
     k = te.reduce_axis((0, K), name="k")
 
     def b_at(kk, j):
@@ -56,41 +56,44 @@ def matmul(M: int, N: int, K: int, dtype: str = "float32", transpose_b: bool = F
     if transpose_b:
         args["transpose_b"] = True
     b_shape = (N, K) if transpose_b else (K, N)
-    return _make(
+    return make_workload(
         "matmul",
         args,
         [A, B, C],
         2 * M * N * K,
         dtype,
-        lambda rng: [_random(rng, (M, K), dtype), _random(rng, b_shape, _b_dtype(dtype))],
-        lambda a: [_wide(a[0]) @ (_wide(a[1]).T if transpose_b else _wide(a[1]))],
+        lambda rng: [
+            random_array(rng, (M, K), dtype),
+            random_array(rng, b_shape, b_dtype_of(dtype)),
+        ],
+        lambda a: [widen(a[0]) @ (widen(a[1]).T if transpose_b else widen(a[1]))],
     )
 
 
 def batch_matmul(batch: int, M: int, N: int, K: int, dtype: str = "float32") -> Workload:
     """``C[b, M, N] = A[b, M, K] @ B[b, K, N]``, accumulated wide."""
-    _check_dims(batch=batch, M=M, N=N, K=K)
-    _check_dtype(dtype, MATMUL_DTYPES, "batch_matmul")
+    check_dims(batch=batch, M=M, N=N, K=K)
+    check_dtype(dtype, MATMUL_DTYPES, "batch_matmul")
     acc = ACC_DTYPE[dtype]
     A = te.placeholder((batch, M, K), dtype, name="A")
-    B = te.placeholder((batch, K, N), _b_dtype(dtype), name="B")
+    B = te.placeholder((batch, K, N), b_dtype_of(dtype), name="B")
     k = te.reduce_axis((0, K), name="k")
     C = te.compute(
         (batch, M, N),
         lambda b, i, j: te.sum(A[b, i, k].astype(acc) * B[b, k, j].astype(acc), axis=k),
         name="C",
     )
-    return _make(
+    return make_workload(
         "batch_matmul",
         {"batch": batch, "M": M, "N": N, "K": K, "dtype": dtype},
         [A, B, C],
         2 * batch * M * N * K,
         dtype,
         lambda rng: [
-            _random(rng, (batch, M, K), dtype),
-            _random(rng, (batch, K, N), _b_dtype(dtype)),
+            random_array(rng, (batch, M, K), dtype),
+            random_array(rng, (batch, K, N), b_dtype_of(dtype)),
         ],
-        lambda a: [np.matmul(_wide(a[0]), _wide(a[1]))],
+        lambda a: [np.matmul(widen(a[0]), widen(a[1]))],
     )
 
 
@@ -107,10 +110,10 @@ def conv2d(
     dtype: str = "float32",
 ) -> Workload:
     """NCHW convolution of ``X[N, C, H, W]`` with ``Wt[F, C, KH, KW]``, zero padding."""
-    _check_dims(N=N, C=C, H=H, W=W, F=F, KH=KH, KW=KW, stride=stride)
+    check_dims(N=N, C=C, H=H, W=W, F=F, KH=KH, KW=KW, stride=stride)
     if isinstance(padding, bool) or not isinstance(padding, int) or padding < 0:
         raise ValueError(f"padding={padding!r} must be a non-negative int")
-    _check_dtype(dtype, FLOAT_DTYPES, "conv2d")
+    check_dtype(dtype, FLOAT_DTYPES, "conv2d")
     OH, OW = (H + 2 * padding - KH) // stride + 1, (W + 2 * padding - KW) // stride + 1
     if OH < 1 or OW < 1:
         raise ValueError(f"kernel {KH}x{KW} does not fit the padded input {H}x{W} ({padding=})")
@@ -119,10 +122,10 @@ def conv2d(
     Wt = te.placeholder((F, C, KH, KW), dtype, name="W")
     Xp = te.compute(
         (N, C, H + 2 * padding, W + 2 * padding),
-        lambda n, c, h, w: _tvm.tvm.tirx.if_then_else(
-            _tvm.tvm.tirx.all(h >= padding, h < H + padding, w >= padding, w < W + padding),
+        lambda n, c, h, w: tvm_api.tirx.if_then_else(
+            tvm_api.tirx.all(h >= padding, h < H + padding, w >= padding, w < W + padding),
             X[n, c, h - padding, w - padding],
-            _tvm.tvm.tirx.const(0, dtype),
+            tvm_api.tirx.const(0, dtype),
         ),
         name="pad",
     )
@@ -141,10 +144,10 @@ def conv2d(
     )
 
     def reference(a):
-        x = np.pad(_wide(a[0]), ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+        x = np.pad(widen(a[0]), ((0, 0), (0, 0), (padding, padding), (padding, padding)))
         win = np.lib.stride_tricks.sliding_window_view(x, (KH, KW), axis=(2, 3))
         win = win[:, :, ::stride, ::stride][:, :, :OH, :OW]
-        return [np.einsum("ncyxrs,fcrs->nfyx", win, _wide(a[1]), optimize=True)]
+        return [np.einsum("ncyxrs,fcrs->nfyx", win, widen(a[1]), optimize=True)]
 
     args = {
         "N": N,
@@ -158,13 +161,16 @@ def conv2d(
         "padding": padding,
         "dtype": dtype,
     }
-    return _make(
+    return make_workload(
         "conv2d",
         args,
         [X, Wt, Y],
         2 * N * F * OH * OW * C * KH * KW,
         dtype,
-        lambda rng: [_random(rng, (N, C, H, W), dtype), _random(rng, (F, C, KH, KW), dtype)],
+        lambda rng: [
+            random_array(rng, (N, C, H, W), dtype),
+            random_array(rng, (F, C, KH, KW), dtype),
+        ],
         reference,
     )
 

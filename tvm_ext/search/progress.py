@@ -7,30 +7,30 @@ import time
 
 from tqdm import tqdm  # plain text: tqdm.auto wants ipywidgets inside notebooks
 
-from . import _tvm
+from tvm_ext.base import tvm_api
+from tvm_ext.records.logs import run_seconds
 
-ms = _tvm.meta_schedule()
+ms = tvm_api.ms
 
 
-@_tvm.tvm.ir.utils.derived_object
+@tvm_api.derived_object
 class ProgressCallback(ms.measure_callback.PyMeasureCallback):
     """Shows trials done, the best GFLOP/s so far and how many candidates the cut dropped."""
 
     def __init__(self, trials: int, flops: int | None, stats, started: float, enabled: bool = True):
         super().__init__()
         self.flops, self.stats, self.best, self.started = flops, stats, math.inf, started
-        self.first_measured_s: float | None = None  # seconds from tune() to the first result
         self.bar = tqdm(
             total=trials, desc="tuning", unit="trial", disable=not enabled, dynamic_ncols=True
         )
 
     def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results):
-        if self.first_measured_s is None:
-            self.first_measured_s = time.perf_counter() - self.started
+        if self.stats.first_measured_s is None:
+            self.stats.first_measured_s = time.perf_counter() - self.started
         for result in runner_results:
-            secs = result.run_secs
-            if secs is not None and len(secs) and float(secs[0]) < 1e9:
-                self.best = min(self.best, sum(float(s) for s in secs) / len(secs))
+            secs = run_seconds(result.run_secs)
+            if secs is not None:
+                self.best = min(self.best, secs)
         best = min(self.best, self.stats.incumbent_s)
         postfix = {"dropped": self.stats.dropped}
         if self.flops and math.isfinite(best):

@@ -12,20 +12,16 @@ import json
 import os
 import tempfile
 
-from tvm.support.popen_pool import PopenPoolExecutor
+from tvm_ext.base import tvm_api
 
-from . import _tvm
-
-ms = _tvm.meta_schedule()
+ms = tvm_api.ms
 
 
 def _build_one(mod_json: str, target_json: str) -> str:
     """Build and export one candidate in a worker; returns the artifact's path."""
-    from tvm.support.tar import tar
-
-    tvm = _tvm.tvm
-    mod = tvm.ir.load_json(mod_json)
-    lib = _tvm.build_for_tuning(mod, tvm.target.Target(json.loads(target_json)))
+    tar = tvm_api.tar
+    mod = tvm_api.ir.load_json(mod_json)
+    lib = tvm_api.build_for_tuning(mod, tvm_api.Target(json.loads(target_json)))
     path = os.path.join(tempfile.mkdtemp(prefix="tvm-ext-build-"), "mod." + tar.output_format)
     lib.export_library(path, fcompile=tar)
     return path
@@ -33,10 +29,10 @@ def _build_one(mod_json: str, target_json: str) -> str:
 
 def _warm() -> None:
     """Worker initializer: pay TVM's import before the first build arrives."""
-    _tvm.tvm.target.Target({"kind": "llvm"})
+    tvm_api.Target({"kind": "llvm"})
 
 
-@_tvm.tvm.ir.utils.derived_object
+@tvm_api.derived_object
 class PersistentBuilder(ms.builder.PyBuilder):
     """Builds candidates in ``workers`` long-lived processes with a per-build ``timeout_s``.
 
@@ -48,7 +44,7 @@ class PersistentBuilder(ms.builder.PyBuilder):
     def __init__(self, workers: int, timeout_s: float = 120.0):
         super().__init__()
         self.workers, self.timeout_s = workers, timeout_s
-        self.pool = PopenPoolExecutor(max_workers=workers, timeout=timeout_s)
+        self.pool = tvm_api.PopenPoolExecutor(max_workers=workers, timeout=timeout_s)
         # Start every worker now: their TVM import overlaps the caller's own work.
         self._warming = [self.pool.submit(_warm) for _ in range(workers)]
 
@@ -60,7 +56,7 @@ class PersistentBuilder(ms.builder.PyBuilder):
     def build(self, build_inputs):
         futures = [
             self.pool.submit(
-                _build_one, _tvm.tvm.ir.save_json(inp.mod), _tvm.json_of_target(inp.target)
+                _build_one, tvm_api.ir.save_json(inp.mod), tvm_api.json_of_target(inp.target)
             )
             for inp in build_inputs
         ]

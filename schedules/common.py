@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from tvm_ext import _tvm
-from tvm_ext.errors import ScheduleNotApplicable
-from tvm_ext.target import has_feature, lanes_for, vector_bits  # noqa: F401  (re-exported)
+from tvm_ext.base import tvm_api
+from tvm_ext.base.errors import ScheduleNotApplicable
+from tvm_ext.facts.target import has_feature, lanes_for, vector_bits  # noqa: F401  (re-exported)
 
 # Register-tile accumulators are `global`-scope buffers: TVM's LowerTVMBuiltin puts a CPU
 # allocation of that scope on the stack when it is under 1 KiB, where LLVM keeps it in
@@ -49,5 +49,5 @@ def find_block(sch, name: str):
     """The block called ``name``, or None (``pad_einsum`` pads only the buffers that need it)."""
     try:
         return sch.get_sblock(name)
-    except _tvm.ScheduleError:
+    except tvm_api.ScheduleError:
         return None

@@ -5,7 +5,7 @@ They are written in TVMScript so the probe measures what TVM's own codegen reach
 
 from __future__ import annotations
 
-from tvm.script import tirx as T
+from tvm_ext.base.tvm_api import T
 
 
 def fma_chains(cores: int, chains: int, lanes: int, steps: int):

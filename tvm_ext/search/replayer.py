@@ -9,31 +9,40 @@ import warnings
 from dataclasses import dataclass
 from typing import Mapping
 
-from . import _tvm
-from ._callable_module import make_callable
-from .errors import CorruptLog, LogVersionWarning, NoLogFound, TargetMismatch, WorkloadMismatch
-from .kernels import SUITE, Workload, from_func
-from .logs import (
+from tvm_ext.base import tvm_api
+from tvm_ext.base.errors import (
+    CorruptLog,
+    LogVersionWarning,
+    NoLogFound,
+    TargetMismatch,
+    WorkloadMismatch,
+)
+from tvm_ext.facts.kernels import SUITE, Workload, from_func
+from tvm_ext.facts.measure import Measurement, measure
+from tvm_ext.facts.target import as_target
+from tvm_ext.records.logs import (
     MANIFEST_FILE,
     RECORDS_FILE,
     WORKLOADS_FILE,
+    apply_trace,
+    best_record,
     cpu_model,
     log_folder,
     read_json_lines,
     read_manifest,
     structural_hash,
     target_key,
+    uses_tensorize,
     workload_key,
 )
-from .measure import Measurement, measure
-from .target import as_target
+from tvm_ext.schedules import register_cuda_intrinsics, register_x86_intrinsics
 
 
 @dataclass(frozen=True)
 class ReplayResult:
     """The replayed module, its fresh measurement, and the manifest's recorded figures."""
 
-    mod: "_tvm.IRModule"
+    mod: "tvm_api.IRModule"
     measurement: Measurement
     recorded: Mapping[str, object]
     folder: pathlib.Path
@@ -59,7 +68,7 @@ def _resolve(obj, target, log_dir):
     if isinstance(obj, Workload):
         func, workload = obj.func, obj
     else:
-        func = _tvm.main_func(_tvm.as_module(obj))
+        func = tvm_api.main_func(tvm_api.as_module(obj))
         workload = from_func(func)
     folder = log_folder(log_dir, target, func)
     if not (folder / "manifest.json").exists():
@@ -115,59 +124,13 @@ def _check_target(manifest: dict, target, folder: pathlib.Path, allow_other_targ
     warnings.warn(message + "; replaying anyway (allow_other_target=True)", stacklevel=3)
 
 
-def _best_trace(folder: pathlib.Path, func, chosen: int | None = None):
-    """The trace of the record the tune chose (line ``chosen`` of the records, from the
-    manifest's ``best_record``), else of the fastest valid record."""
-    workloads = read_json_lines(folder / WORKLOADS_FILE)
-    if len(workloads) != 1:
-        raise CorruptLog(
-            f"{folder / WORKLOADS_FILE}: expected one workload, found {len(workloads)}"
-        )
-    best, best_secs = None, float("inf")
-    for number, row in enumerate(read_json_lines(folder / RECORDS_FILE), 1):
-        try:
-            if not (isinstance(row, list) and len(row) == 2 and isinstance(row[1], list)):
-                raise TypeError("expected [workload index, [trace, run seconds, ...]]")
-            trace_json, secs = row[1][0], row[1][1]
-            mean = sum(float(s) for s in secs) / len(secs)
-        except (TypeError, IndexError, KeyError, ValueError, ZeroDivisionError) as err:
-            raise CorruptLog(
-                f"{folder / RECORDS_FILE}, line {number}: not a tuning record "
-                f"({type(err).__name__}: {err})"
-            ) from err
-        if number == chosen:
-            if mean >= 1e9:
-                raise CorruptLog(f"{folder / MANIFEST_FILE}: best_record {chosen} is a failed run")
-            return trace_json, mean
-        if mean < best_secs and mean < 1e9:
-            best, best_secs = trace_json, mean
-    if chosen is not None:
-        raise CorruptLog(
-            f"{folder / MANIFEST_FILE}: best_record {chosen} is past the last record of "
-            f"{folder / RECORDS_FILE}"
-        )
-    if best is None:
-        raise CorruptLog(f"{folder / RECORDS_FILE} holds no successful record")
-    return best, best_secs
-
-
-def uses_tensorize(trace_json) -> bool:
-    """Whether a trace (as JSON) has a Tensorize instruction (spelled ``"Tensorize"`` there)."""
-    return '"tensorize"' in json.dumps(trace_json, default=str).lower()
-
-
-def apply_trace(func, trace_json):
-    """A fresh Schedule of a deep copy of ``func`` with a recorded trace applied (a copy: a
-    trace replayed onto a module an earlier replay still references crashes TVM 0.27)."""
-    from tvm_ext.schedules import register_cuda_intrinsics, register_x86_intrinsics
-
-    if uses_tensorize(trace_json):  # our intrinsics must exist before the trace names them
+def apply_logged_trace(func, trace_json):
+    """:func:`~tvm_ext.records.logs.apply_trace`, with our tensorize intrinsics registered
+    first when the trace names one."""
+    if uses_tensorize(trace_json):
         register_x86_intrinsics()
         register_cuda_intrinsics()
-    mod = _tvm.tvm.ir.load_json(_tvm.tvm.ir.save_json(_tvm.as_module(func)))
-    sch = _tvm.Schedule(mod)
-    _tvm.tvm.s_tir.schedule.Trace.apply_json_to_schedule(trace_json, sch)
-    return sch
+    return apply_trace(func, trace_json)
 
 
 def replay(
@@ -183,19 +146,24 @@ def replay(
     manifest = read_manifest(folder)
     _check_workload(manifest, func, folder)
     _check_target(manifest, target, folder, allow_other_target)
-    if manifest.get("tvm_version") != _tvm.tvm.__version__:
+    if manifest.get("tvm_version") != tvm_api.TVM_VERSION:
         warnings.warn(
             f"{folder} was written by TVM {manifest.get('tvm_version')}, this is "
-            f"{_tvm.tvm.__version__}; parity is re-checked",
+            f"{tvm_api.TVM_VERSION}; parity is re-checked",
             LogVersionWarning,
             stacklevel=2,
         )
     chosen = manifest.get("best_record")
     if chosen is not None and (isinstance(chosen, bool) or not isinstance(chosen, int)):
         raise CorruptLog(f"{folder / MANIFEST_FILE}: best_record={chosen!r} is not a line number")
-    trace_json, _ = _best_trace(folder, func, chosen)
+    workloads = read_json_lines(folder / WORKLOADS_FILE)
+    if len(workloads) != 1:
+        raise CorruptLog(
+            f"{folder / WORKLOADS_FILE}: expected one workload, found {len(workloads)}"
+        )
+    trace_json = best_record(folder, chosen).trace_json
     try:
-        sch = apply_trace(func, trace_json)
+        sch = apply_logged_trace(func, trace_json)
     # A damaged trace fails inside TVM (TVM 0.27's FFI raises Python's built-in error types:
     # RuntimeError, ValueError, ...) or as the error of whichever conversion met the wrong
     # type first.
@@ -226,6 +194,3 @@ def replay(
         )
     }
     return ReplayResult(sch.mod, m, recorded, folder, json.dumps(trace_json))
-
-
-make_callable(__name__, "replay")  # tvm_ext.replay(obj, target) calls replay()

@@ -13,7 +13,7 @@ import platform
 import re
 import warnings
 
-from . import _tvm
+from tvm_ext.base import tvm_api
 
 log = logging.getLogger(__name__)
 
@@ -65,9 +65,9 @@ def _true_features(feature_map) -> frozenset[str]:
 
 
 def _cpu_features(cpu: str, triple: str) -> frozenset[str]:
-    target = _tvm.Target({"kind": "llvm", "mtriple": triple, "mcpu": cpu})
+    target = tvm_api.Target({"kind": "llvm", "mtriple": triple, "mcpu": cpu})
     # This map lists only the features the CPU has (values are empty strings).
-    return frozenset(str(k) for k in _tvm.global_func("target.llvm_get_cpu_features")(target))
+    return frozenset(str(k) for k in tvm_api.global_func("target.llvm_get_cpu_features")(target))
 
 
 def closest_cpu(host_features: frozenset[str], isa_features: frozenset[str], triple: str) -> str:
@@ -78,8 +78,8 @@ def closest_cpu(host_features: frozenset[str], isa_features: frozenset[str], tri
     (``fast-*``) and system features that hypervisors hide.
     """
     isa_features = frozenset(f for f in isa_features if _CODEGEN_FEATURE.match(f))
-    archlist = _tvm.global_func("target.llvm_get_cpu_archlist")
-    names = [str(n) for n in archlist(_tvm.Target({"kind": "llvm", "mtriple": triple}))]
+    archlist = tvm_api.global_func("target.llvm_get_cpu_archlist")
+    names = [str(n) for n in archlist(tvm_api.Target({"kind": "llvm", "mtriple": triple}))]
     best, best_count = "generic", -1
     for name in sorted(names):
         feats = _cpu_features(name, triple) & isa_features
@@ -91,10 +91,10 @@ def closest_cpu(host_features: frozenset[str], isa_features: frozenset[str], tri
 @functools.lru_cache(maxsize=None)
 def _resolve_host_cpu(triple: str) -> tuple[str, str | None]:
     """(cpu name, warning or None) for this host under ``triple``."""
-    cpu = str(_tvm.global_func("target.llvm_get_system_cpu")())
-    if cpu and cpu != "generic" and _tvm.global_func("target.llvm_is_valid_cpu")(cpu, triple):
+    cpu = str(tvm_api.global_func("target.llvm_get_system_cpu")())
+    if cpu and cpu != "generic" and tvm_api.global_func("target.llvm_is_valid_cpu")(cpu, triple):
         return cpu, None
-    probe = _tvm.global_func("tvm.codegen.llvm.GetHostCPUFeatures")()
+    probe = tvm_api.global_func("tvm.codegen.llvm.GetHostCPUFeatures")()
     closest = closest_cpu(_true_features(probe), frozenset(str(k) for k in probe), triple)
     return closest, (
         f"LLVM does not know this CPU ({cpu!r}) under {triple}; using the closest known CPU "
@@ -102,7 +102,7 @@ def _resolve_host_cpu(triple: str) -> tuple[str, str | None]:
     )
 
 
-def host_target(mcpu: str | None = None, num_cores: int | None = None) -> "_tvm.Target":
+def host_target(mcpu: str | None = None, num_cores: int | None = None) -> "tvm_api.Target":
     """An llvm target for this machine's CPU.
 
     Parameters
@@ -117,44 +117,44 @@ def host_target(mcpu: str | None = None, num_cores: int | None = None) -> "_tvm.
         mcpu, message = _resolve_host_cpu(triple)
         if message:
             warnings.warn(message, HostCPUWarning, stacklevel=2)
-    elif not _tvm.global_func("target.llvm_is_valid_cpu")(mcpu, triple):
+    elif not tvm_api.global_func("target.llvm_is_valid_cpu")(mcpu, triple):
         raise ValueError(f"mcpu={mcpu!r} is not a CPU LLVM knows under {triple}")
-    cores = _tvm.physical_cores() if num_cores is None else num_cores
+    cores = tvm_api.physical_cores() if num_cores is None else num_cores
     if not isinstance(cores, int) or cores < 1:
         raise ValueError(f"num_cores={num_cores!r} must be a positive int")
-    return _tvm.Target({"kind": "llvm", "mcpu": mcpu, "mtriple": triple, "num-cores": cores})
+    return tvm_api.Target({"kind": "llvm", "mcpu": mcpu, "mtriple": triple, "num-cores": cores})
 
 
-def generic_target(num_cores: int | None = None) -> "_tvm.Target":
+def generic_target(num_cores: int | None = None) -> "tvm_api.Target":
     """The llvm target TVM gives without a CPU name (SSE2 on x86): the baseline to beat."""
-    cores = _tvm.physical_cores() if num_cores is None else num_cores
-    return _tvm.Target({"kind": "llvm", "mtriple": host_triple(), "num-cores": cores})
+    cores = tvm_api.physical_cores() if num_cores is None else num_cores
+    return tvm_api.Target({"kind": "llvm", "mtriple": host_triple(), "num-cores": cores})
 
 
-def cuda_target(arch: str = "sm_90") -> "_tvm.Target":
+def cuda_target(arch: str = "sm_90") -> "tvm_api.Target":
     """A CUDA target for compute capability ``arch`` (e.g. ``"sm_90"`` for H100/H200)."""
     if not isinstance(arch, str) or not re.fullmatch(r"sm_\d+a?", arch) or arch not in CUDA_ARCHS:
         raise ValueError(f"arch={arch!r} is not a CUDA architecture; choose one of {CUDA_ARCHS}")
-    return _tvm.Target({"kind": "cuda", "arch": arch})
+    return tvm_api.Target({"kind": "cuda", "arch": arch})
 
 
-def as_target(target) -> "_tvm.Target":
+def as_target(target) -> "tvm_api.Target":
     """Normalize ``target`` (None = host, a Target, or a JSON-style dict) to a Target."""
     if target is None:
         return host_target()
-    if isinstance(target, _tvm.Target):
+    if isinstance(target, tvm_api.Target):
         return target
     if isinstance(target, dict):
         kind = target.get("kind")
         if kind not in ("llvm", "cuda"):
             raise ValueError(f"target kind {kind!r} is not supported; choose 'llvm' or 'cuda'")
-        return _tvm.Target(target)
+        return tvm_api.Target(target)
     raise TypeError(
         f"target must be None, a tvm.target.Target or a dict, got {type(target).__name__}"
     )
 
 
-def target_cores(target: "_tvm.Target") -> int:
+def target_cores(target: "tvm_api.Target") -> int:
     """``num-cores`` of an llvm target (the threads to run with)."""
     attrs = target.attrs
     if "num-cores" not in attrs:
@@ -162,14 +162,28 @@ def target_cores(target: "_tvm.Target") -> int:
     return int(attrs["num-cores"])
 
 
-def target_cpu(target: "_tvm.Target") -> str:
+def target_cpu(target: "tvm_api.Target") -> str:
     """The ``mcpu`` of an llvm target, or ``"generic"``."""
     return str(target.attrs["mcpu"]) if "mcpu" in target.attrs else "generic"
 
 
 def has_feature(target, feature: str) -> bool:
     """Whether an LLVM CPU target has an ISA feature (e.g. ``"avx512bf16"``), per LLVM's tables."""
-    return bool(_tvm.global_func("target.llvm_cpu_has_feature")(feature, target))
+    return bool(tvm_api.global_func("target.llvm_cpu_has_feature")(feature, target))
+
+
+@functools.lru_cache(maxsize=None)
+def _host_isa() -> frozenset[str]:
+    probe = tvm_api.global_func("tvm.codegen.llvm.GetHostCPUFeatures")()
+    return frozenset(f for f in _true_features(probe) if _CODEGEN_FEATURE.match(f))
+
+
+def missing_features(target) -> list[str]:
+    """ISA features code built for llvm ``target`` may use that this host's CPU lacks (sorted;
+    empty when the host can run it). Only features that change kernel code count."""
+    triple = str(target.attrs.get("mtriple", "")) or host_triple()
+    wanted = {f for f in _cpu_features(target_cpu(target), triple) if _CODEGEN_FEATURE.match(f)}
+    return sorted(wanted - _host_isa())
 
 
 def vector_bits(target) -> int:
@@ -183,7 +197,7 @@ def vector_bits(target) -> int:
         if has_feature(target, "avx512f"):
             return 512
         return 256 if has_feature(target, "avx") else 128
-    return int(_tvm.global_func("target.llvm_get_vector_width")(target))
+    return int(tvm_api.global_func("target.llvm_get_vector_width")(target))
 
 
 def lanes_for(target, dtype_bits: int = 32) -> int:

@@ -12,10 +12,10 @@ is predicated. batch_matmul runs the same nest per batch; a transposed B is pack
 
 from __future__ import annotations
 
-from tvm_ext import _tvm
-from tvm_ext.kernels import Workload
+from tvm_ext.base import tvm_api
+from tvm_ext.facts.kernels import Workload
 
-from ._base import find_block
+from .common import find_block
 
 
 def _pack_map(width: int, group: int, transposed: bool):
@@ -41,11 +41,11 @@ def schedule_dot_kernel(
     acc_scope: str,
     panel_layout: bool,
     parallel: str = "panels",
-) -> "_tvm.Schedule":
+) -> "tvm_api.Schedule":
     nr = 16 * nv
     M, N, K = (workload.args[d] for d in ("M", "N", "K"))
     batched = workload.name == "batch_matmul"
-    sch = _tvm.Schedule(workload.func)
+    sch = tvm_api.Schedule(workload.func)
     C = sch.get_sblock("C")
     if M % mr or N % nr or K % group:
         sch.pad_einsum(C, ([1] if batched else []) + [mr, nr, group])

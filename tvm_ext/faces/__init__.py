@@ -1,0 +1,1 @@
+"""Layer 6: what people run (command line, lab)."""

@@ -1,0 +1,1 @@
+"""Layer 2: the tuning-log format (one reader, one writer, one trace replay)."""

@@ -1,0 +1,1 @@
+"""Layer 5: MetaSchedule search machinery, tune and replay."""

@@ -1,0 +1,359 @@
+"""The stages of a tune, shared by one kernel and by each task of a model.
+
+``prepare`` (what to tune, for which target) -> ``open_session`` (work dir, builder, runner,
+MetaSchedule's logs; closed in ``finally``) -> ``seed`` (the hand schedule measured first, an
+earlier log copied in) -> ``search`` (MetaSchedule's task loop with a ranking policy and the
+admissible cut) -> ``select`` (the winner, parity-checked, timed beside the hand schedule) ->
+``persist`` (records and manifest into the frozen log).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import math
+import os
+import pathlib
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Iterator, Literal
+
+from tvm_ext.base import tvm_api
+from tvm_ext.base.errors import ParityError, PolicyError, ScheduleNotApplicable, TvmExtError
+from tvm_ext.facts.kernels import Workload, from_func
+from tvm_ext.facts.machine import MachineModel, host_machine
+from tvm_ext.facts.measure import Measurement, measure
+from tvm_ext.facts.target import as_target, host_target, target_cores
+from tvm_ext.records.logs import (
+    RECORDS_FILE,
+    WORKLOADS_FILE,
+    apply_trace,
+    make_manifest,
+    merge_into_log,
+    read_manifest,
+    structural_hash,
+)
+from tvm_ext.search.builder import PersistentBuilder
+from tvm_ext.search.space import design_space
+
+log = logging.getLogger("tvm_ext.tune")
+Source = Literal["search", "hand schedule"]
+
+
+@dataclass(frozen=True)
+class Task:
+    """One function to tune: its module (``{"main": func}``), workload, target and machine."""
+
+    name: str
+    mod: "tvm_api.IRModule"
+    func: "tvm_api.PrimFunc"
+    workload: Workload | None  # the numpy reference, when the function is a suite kernel
+    target: "tvm_api.Target"
+    cores: int
+    machine: MachineModel | None  # the roofline for llvm targets
+
+    @property
+    def label(self) -> str:
+        return self.workload.key if self.workload is not None else self.name
+
+
+def prepare(mod, target=None, workload: Workload | None = None, name: str = "main", *,
+            with_machine: bool = True) -> Task:  # fmt: skip
+    """A :class:`Task` from a PrimFunc, a one-function IRModule, a Schedule or a suite Workload
+    (``with_machine``: look up the roofline of an llvm target; a stock search needs none)."""
+    target = as_target(target)
+    cores = target_cores(target) if target.kind.name == "llvm" else 1
+    if isinstance(mod, Workload):  # a suite workload: its function, and it is the reference
+        workload = mod if workload is None else workload
+        mod = mod.func
+    func = tvm_api.main_func(tvm_api.as_module(mod)).with_attr("global_symbol", "main")
+    workload = workload if workload is not None else from_func(func)
+    llvm = target.kind.name == "llvm" and with_machine
+    machine = host_machine(host_target(num_cores=cores)) if llvm else None
+    return Task(name, tvm_api.IRModule({"main": func}), func, workload, target, cores, machine)
+
+
+@dataclass
+class Session:
+    """What a tune holds while it runs: MetaSchedule's work dir, builder and runner."""
+
+    work_dir: str
+    kept: bool  # the caller named work_dir: it stays; a temporary one is removed
+    builder: PersistentBuilder
+    runner: object
+    logger: logging.Logger  # the task logger handed to the tuning context
+    started: float
+
+
+@contextlib.contextmanager
+def open_session(task: Task, work_dir=None, runner=None, build_timeout_s: float = 120.0):
+    """A :class:`Session`; on exit (success or not) the builder and our runner are shut down,
+    MetaSchedule's logging is restored and a temporary work dir is removed."""
+    started = time.perf_counter()
+    kept = work_dir is not None
+    work_dir = str(work_dir) if kept else tempfile.mkdtemp(prefix="tvm-ext-tune-")
+    os.makedirs(work_dir, exist_ok=True)
+    own_runner = runner is None
+    # Build workers start first and finish importing TVM before anything is timed: their
+    # start-up on the same cores would make the hand schedule (the initial cut) look slow.
+    builder = PersistentBuilder(workers=max(task.cores, 1), timeout_s=build_timeout_s)
+    try:
+        if own_runner:
+            runner = tvm_api.ms.runner.LocalRunner(
+                initializer=functools.partial(tvm_api.set_runner_threads, task.cores)
+            )
+        with routed_logs(work_dir) as logger:
+            yield Session(work_dir, kept, builder, runner, logger, started)
+    finally:
+        builder.shutdown()
+        if own_runner and runner is not None:
+            runner.pool.shutdown()
+        if not kept:
+            shutil.rmtree(work_dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def routed_logs(work_dir: str) -> Iterator[logging.Logger]:
+    """MetaSchedule's chatter goes to ``<work_dir>/logs/meta_schedule.log`` and only its
+    warnings reach the terminal; its logger's handlers, level and propagation are restored on
+    exit. Yields the task logger to hand to the tuning context."""
+    os.makedirs(os.path.join(work_dir, "logs"), exist_ok=True)
+    root = logging.getLogger("tvm.s_tir.meta_schedule")
+    saved = (list(root.handlers), root.level, root.propagate)
+    to_file = logging.FileHandler(os.path.join(work_dir, "logs", "meta_schedule.log"))
+    to_file.setFormatter(logging.Formatter("%(asctime)s [%(levelname)s] %(message)s"))
+    to_console = logging.StreamHandler()
+    to_console.setLevel(logging.WARNING)
+    root.handlers = [to_file, to_console]
+    root.setLevel(logging.DEBUG)
+    root.propagate = False
+    try:
+        yield logging.getLogger("tvm.s_tir.meta_schedule.tvm_ext_task")
+    finally:
+        to_file.close()
+        root.handlers, root.level, root.propagate = saved
+
+
+@dataclass
+class Seed:
+    """Where the search starts: the hand schedule (measured first) and an earlier log."""
+
+    database: object  # MetaSchedule's JSONDatabase in the work dir
+    hand: "tvm_api.Schedule | None"
+    hand_s: float  # the hand schedule's time (inf without one)
+    log_best_s: float  # the best time of the earlier log copied in (inf without one)
+    ready_after_s: float | None  # seconds from the session start to the hand measurement
+
+    @property
+    def initial_cut_s(self) -> float:
+        return min(self.hand_s, self.log_best_s)
+
+
+def hand_schedule(task: Task):
+    """The library's schedule for the task, or None when no rule applies."""
+    from tvm_ext.schedules import schedule  # noqa: PLC0415  (the rules load TVMScript intrinsics)
+
+    if task.workload is None:
+        return None
+    try:
+        return schedule(task.workload, task.target)
+    except ScheduleNotApplicable as why:
+        log.info("no hand schedule to seed the search: %s", why)
+        return None
+
+
+def seed(task: Task, session: Session, folder=None, use_hand: bool = True) -> Seed:
+    """Measure the hand schedule, copy an earlier log of the task in, open the database and
+    store the hand schedule in it as a measured record (the search starts from both)."""
+    hand = hand_schedule(task) if use_hand else None
+    hand_s, ready = math.inf, None
+    if hand is not None:
+        session.builder.wait_ready()
+        hand_s = measure(hand, task.workload, task.target, repeat=5, min_repeat_ms=20).seconds
+        ready = time.perf_counter() - session.started
+    log_best = copy_log_into(folder, session.work_dir, task.func) if folder else math.inf
+    database = tvm_api.ms.database.JSONDatabase(work_dir=session.work_dir)
+    if hand is not None:
+        ms = tvm_api.ms
+        record = ms.database.TuningRecord(
+            hand.trace,
+            database.commit_workload(task.mod),
+            [hand_s],
+            task.target,
+            ms.arg_info.ArgInfo.from_prim_func(task.func),
+        )
+        database.commit_tuning_record(record)
+    return Seed(database, hand, hand_s, log_best, ready)
+
+
+def copy_log_into(folder, work_dir: str, func) -> float:
+    """Start from an existing log of this workload: its records seed the search; returns its
+    best time (the initial cut), or inf when there is no usable log."""
+    folder = pathlib.Path(folder)
+    if not (folder / "manifest.json").exists():
+        return math.inf
+    manifest = read_manifest(folder)
+    if manifest.get("structural_hash") != structural_hash(func):
+        log.warning("ignoring %s: it was tuned for a different workload", folder)
+        return math.inf
+    for name in (WORKLOADS_FILE, RECORDS_FILE):
+        shutil.copyfile(folder / name, pathlib.Path(work_dir) / name)
+    return float(manifest.get("best_seconds") or math.inf)
+
+
+def run_search(task: Task, session: Session, database, *, strategy, cost_model, trials: int,
+               batch: int, seed: int | None, callbacks=()) -> None:  # fmt: skip
+    """MetaSchedule's task loop over one tuning context, with its default measure callbacks
+    (database, logging) plus ``callbacks``; notebook tables suppressed."""
+    ms = tvm_api.meta_schedule(task.target.kind.name)
+    context = ms.TuneContext(
+        mod=task.mod,
+        target=task.target,
+        space_generator=design_space(task.target),
+        search_strategy=strategy,
+        task_name=task.name,
+        rand_state=-1 if seed is None else seed,
+        num_threads=task.cores,
+        logger=session.logger,
+    )
+    with tvm_api.no_notebook_tables():
+        ms.tune.tune_tasks(
+            tasks=[context],
+            task_weights=[1.0],
+            work_dir=session.work_dir,
+            max_trials_global=trials,
+            num_trials_per_iter=batch,
+            builder=session.builder,
+            runner=session.runner,
+            database=database,
+            cost_model=cost_model,
+            measure_callbacks=list(ms.measure_callback.MeasureCallback.create("default"))
+            + list(callbacks),
+            task_scheduler="round-robin",
+        )
+
+
+def search(task: Task, session: Session, seeded: Seed, stats, *, policy, bound_policy,
+           trials: int, batch: int = 16, seed: int | None = None, audit: bool = False,
+           progress: bool = True) -> None:  # fmt: skip
+    """Evolutionary search ranked by ``policy``, with every candidate whose proven bound
+    (``bound_policy``'s) is at least the best time so far dropped before it is built.
+    A policy's failure is re-raised as the :class:`PolicyError` it was."""
+    from tvm_ext.search.adapters import PolicyCostModel, PruningSearch
+    from tvm_ext.search.progress import ProgressCallback
+
+    stats.initial_cut_s = stats.incumbent_s = seeded.initial_cut_s
+    inner = tvm_api.ms.search_strategy.EvolutionarySearch(
+        population_size=64, init_measured_ratio=0.2, init_min_unmeasured=16, genetic_num_iters=2
+    )
+    args = (task.target, task.machine, task.workload)
+    strategy = PruningSearch(inner, bound_policy, *args, stats=stats, audit=audit)
+    flops = task.workload.flops if task.workload else None
+    bar = ProgressCallback(trials, flops, stats, session.started, enabled=progress)
+    try:
+        run_search(task, session, seeded.database, strategy=strategy, trials=trials, batch=batch,
+                   cost_model=PolicyCostModel(policy, *args, stats=stats), seed=seed,
+                   callbacks=[bar])  # fmt: skip
+    except RuntimeError as err:  # the FFI turns a callback's PolicyError into RuntimeError
+        if stats.policy_error is None:
+            raise
+        raise stats.policy_error from err
+    finally:
+        bar.close()
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The winner: its schedule, measurement, where it came from and its bound."""
+
+    sch: "tvm_api.Schedule"
+    measurement: Measurement
+    source: Source
+    cost: object  # the bound policy's Cost of the winner
+
+
+def best_in(task: Task, database):
+    """The fastest record of ``database`` for the task, as a Schedule (None when none ran)."""
+    records = database.get_top_k(database.commit_workload(task.mod), 1)
+    return apply_trace(task.func, records[0].trace) if records else None
+
+
+def select(task: Task, session: Session, seeded: Seed, bound_policy) -> Selection:
+    """Parity-check the best record and measure it; when it is not the hand schedule, time
+    both side by side (records were timed at different moments on a shared machine), so the
+    result is never slower than the hand schedule."""
+    from tvm_ext.cost import evaluate
+
+    best = best_in(task, seeded.database)
+    if best is None:
+        raise TvmExtError(
+            f"tuning {task.label} measured no valid candidate; pass work_dir= to keep "
+            "MetaSchedule's logs"
+        )
+    hand = seeded.hand
+    source: Source = "hand schedule" if hand is not None and _same(best, hand) else "search"
+    reference = None if task.workload else task.func
+    try:
+        result = measure(best, task.workload, task.target, reference=reference)
+    except ParityError:
+        log.error("the best candidate of %s failed parity", task.label)
+        raise
+    if source == "search" and hand is not None:
+        hand_m = measure(hand, task.workload, task.target)
+        if hand_m.seconds < result.seconds:
+            best, result, source = hand, hand_m, "hand schedule"
+    cost = evaluate(bound_policy, best, task.target, machine=task.machine, workload=task.workload)
+    return Selection(best, result, source, cost)
+
+
+def _same(a, b) -> bool:
+    return str(a.trace) == str(b.trace)
+
+
+def persist(folder, task: Task, session: Session, policy, stats, chosen: Selection | None):
+    """Add the session's records to the frozen log ``folder`` with a manifest; ``chosen`` is
+    None when the tune stopped early (records kept, parity not yet checked)."""
+    result = chosen.measurement if chosen is not None else None
+    flops = task.workload.flops if task.workload is not None else None
+    best = result.seconds if result is not None else stats.incumbent_s
+    manifest = make_manifest(
+        task.func,
+        task.target,
+        threads=task.cores,
+        policy=type(policy).__name__,
+        stats=stats.as_dict(),
+        seconds=best,
+        gflops=flops / best / 1e9 if flops and math.isfinite(best) else None,
+        max_rel_error=result.max_rel_error if result is not None else None,
+        workload=task.workload,
+    )
+    manifest["binding"] = chosen.cost.binding if chosen is not None else None
+    if result is None:
+        manifest["parity"] = {"max_rel_error": None, "ok": None}  # stopped early: replay checks
+    chose_hand = chosen is not None and chosen.source == "hand schedule"
+    merge_into_log(folder, pathlib.Path(session.work_dir), manifest, best_is_first_new=chose_hand)
+
+
+def checked_trials(trials) -> int:
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
+        raise ValueError(f"trials={trials!r} must be a positive int")
+    return trials
+
+
+__all__ = [
+    "PolicyError",
+    "Seed",
+    "Selection",
+    "Session",
+    "Task",
+    "open_session",
+    "persist",
+    "prepare",
+    "run_search",
+    "search",
+    "seed",
+    "select",
+]
