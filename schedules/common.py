@@ -17,6 +17,11 @@ ACC_SCOPE = "global"
 STACK_TILE_BYTES = 1024
 
 
+def vector_registers(target) -> int:
+    """Architectural vector registers of an x86 target: 32 with AVX-512, 16 with AVX/AVX2."""
+    return 32 if vector_bits(target) >= 512 else 16
+
+
 def check(cond: bool, message: str) -> None:
     """Raise ScheduleNotApplicable(message) unless ``cond`` (the schedule does not apply)."""
     if not cond:

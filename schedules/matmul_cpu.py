@@ -27,6 +27,7 @@ from .common import (
     find_block,
     is_cpu,
     lanes_for,
+    vector_registers,
 )
 
 
@@ -80,8 +81,12 @@ def default_config(workload: Workload, target) -> MatmulCPUConfig:
     M, N, K = (workload.args[d] for d in ("M", "N", "K"))
     nr = 4 * lanes if (M <= 4 * lanes and N >= 8 * lanes) or N == 4 * lanes else 2 * lanes
     nr = min(nr, lanes * ceil_div(N, lanes))
-    # As many rows as keep the fp32 tile under the stack limit (7 x 32, 3 x 64 on AVX-512).
-    mr = min(4 if nr >= 4 * lanes else 8, (STACK_TILE_BYTES - 1) // (4 * nr))
+    # As many rows as keep the fp32 tile under the stack limit (7 x 32, 3 x 64 on AVX-512) and
+    # its accumulators, B vectors and one A broadcast in the vector registers (6 x 16 on AVX2:
+    # 8 x 16 needs 19 of its 16 registers and spills).
+    vectors = nr // lanes
+    fit = (vector_registers(target) - vectors - 1) // vectors
+    mr = min(4 if nr >= 4 * lanes else 8, (STACK_TILE_BYTES - 1) // (4 * nr), fit)
     small_b = K * N * np_dtype(workload.dtype).itemsize <= 32 * 1024
     in_place = small_b and not workload.args.get("transpose_b", False) and N % nr == 0
     parallel = "panels" if ceil_div(N, nr) >= 2 * target_cores(target) else "tiles"
