@@ -16,6 +16,7 @@ from tvm_ext.base.errors import ScheduleNotApplicable
 from tvm_ext.facts.kernels import Workload
 from tvm_ext.facts.target import as_target
 
+from . import apply as apply_mod
 from . import (
     conv2d_cpu,
     conv2d_cuda,
@@ -29,12 +30,16 @@ from . import (
     rows_cpu,
     rows_cuda,
 )
+from .apply import Applied, Scheduled, apply
 from .intrin_cuda import register_cuda_intrinsics
 from .intrin_x86 import BF16_DOT_16x2, VNNI_DOT_16x4, register_x86_intrinsics
 from .sweep import tile_sweep
 
 __all__ = [
+    "Applied",
     "BF16_DOT_16x2",
+    "Scheduled",
+    "apply",
     "RULES",
     "KERNELS",
     "VNNI_DOT_16x4",
@@ -81,15 +86,25 @@ def default_config(workload: Workload, target=None):
     return find_rule(workload, target).default_config(workload, target)
 
 
-def schedule(workload: Workload, target=None, **config) -> "tvm_api.Schedule":
+def schedule(workload, target=None, **config) -> "tvm_api.Schedule":
     """A ``tvm.s_tir.Schedule`` of ``workload`` for ``target`` (default the host).
 
-    Keyword arguments override fields of the rule's default config; unknown names are a
-    ``ValueError`` listing the valid ones.
+    ``workload`` is a suite :class:`~tvm_ext.kernels.Workload` (its hand schedule; keyword
+    arguments override fields of the rule's default config, unknown names are a ``ValueError``
+    listing the valid ones), or any PrimFunc, one-function IRModule or Schedule: the first IR
+    rule that takes it (:mod:`tvm_ext.schedules.apply`) schedules it.
     """
-    if not isinstance(workload, Workload):
-        raise TypeError(f"expected a tvm_ext.kernels Workload, got {type(workload).__name__}")
     target = as_target(target)
+    if isinstance(workload, (tvm_api.PrimFunc, tvm_api.IRModule, tvm_api.Schedule)):
+        if config:
+            raise ValueError(f"config {sorted(config)} applies to suite workloads only")
+        func = tvm_api.main_func(tvm_api.as_module(workload))
+        return apply_mod.schedule_func(func, target)[0]
+    if not isinstance(workload, Workload):
+        raise TypeError(
+            "expected a tvm_ext.kernels Workload, a PrimFunc, an IRModule or a Schedule, got "
+            f"{type(workload).__name__}"
+        )
     rule = find_rule(workload, target)
     base = rule.default_config(workload, target)
     names = {f.name for f in dataclasses.fields(base)}

@@ -25,7 +25,9 @@ import tvm  # noqa: E402  (must follow the environment set-up above)
 import tvm.s_tir  # noqa: E402,F401
 import tvm.tirx  # noqa: E402,F401
 import tvm_ffi  # noqa: E402,F401
-from tvm import ir, runtime, s_tir, te, tirx, transform  # noqa: E402,F401
+from tvm import ir, relax, runtime, s_tir, te, tirx, transform  # noqa: E402,F401
+from tvm.relax.frontend import nn as relax_nn  # noqa: E402,F401  (models)
+from tvm.s_tir import dlight  # noqa: E402,F401  (its IR analysis, for our rules)
 from tvm.s_tir import meta_schedule as ms  # noqa: E402,F401
 from tvm.script import tirx as T  # noqa: E402,F401  (TVMScript, for kernels and intrinsics)
 from tvm.support.popen_pool import PopenPoolExecutor  # noqa: E402,F401
@@ -121,6 +123,24 @@ def param_specs(func: PrimFunc) -> list[tuple[tuple[int, ...], str]]:
     return specs
 
 
+def called_prim_funcs(func) -> list[str]:
+    """Names of the PrimFuncs a Relax function calls with ``call_tir``, once per call site."""
+    from tvm.relax.expr_functor import PyExprVisitor, visitor
+
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+    names: list[str] = []
+
+    @visitor
+    class _Calls(PyExprVisitor):
+        def visit_call_(self, call) -> None:
+            if call.op.same_as(call_tir):
+                names.append(call.args[0].name_hint)
+            super().visit_call_(call)
+
+    _Calls().visit_expr(func)
+    return names
+
+
 def deep_copy(mod: "tvm.IRModule") -> "tvm.IRModule":
     """An independent copy of ``mod`` (a trace replayed onto a module that an earlier replay
     still references crashes TVM 0.27)."""
@@ -160,7 +180,6 @@ def meta_schedule(target_kind: str = "llvm"):
         tvm.s_tir.tensor_intrin = package
     if target_kind == "cuda":
         importlib.import_module(f"{name}.cuda")
-    from tvm.s_tir import meta_schedule as ms
 
     return ms
 

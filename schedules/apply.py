@@ -1,0 +1,106 @@
+"""Schedule every PrimFunc of a module with the first IR rule that takes it.
+
+A rule reads the IR, dlight-style: ``rule.schedule_func(func, target)`` returns a Schedule, or
+None for "not mine". The table :func:`apply` returns says, per function, which rule took it,
+its FLOPs and its share of the module's FLOPs (weighted by how often the module calls it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import ModuleType
+
+from tvm_ext.base import tvm_api
+from tvm_ext.base.errors import ScheduleNotApplicable
+from tvm_ext.facts.target import as_target
+
+from . import rule_fallback, rule_suite
+
+# The first rule that returns a schedule takes the function; the fallback takes anything.
+CPU_RULES: tuple[ModuleType, ...] = (rule_suite, rule_fallback)
+
+
+@dataclass(frozen=True)
+class Scheduled:
+    """One function of a module: the rule that took it and its weight in the module."""
+
+    name: str
+    rule: str
+    flops: int  # per call (TVM's estimate_tir_flops of the unscheduled function)
+    calls: int  # call sites in the module's Relax functions (1 for a lone PrimFunc)
+    share: float  # of the module's FLOPs, calls counted
+
+
+@dataclass(frozen=True)
+class Applied:
+    """A module with every PrimFunc scheduled, and the table of who took what."""
+
+    mod: "tvm_api.IRModule"
+    functions: tuple[Scheduled, ...]
+
+    def table(self):
+        """The functions as a pandas DataFrame, largest share first."""
+        import pandas as pd
+
+        rows = [vars(s) for s in sorted(self.functions, key=lambda s: -s.share)]
+        return pd.DataFrame(rows, columns=["name", "rule", "flops", "calls", "share"])
+
+    def share_by_rule(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for s in self.functions:
+            out[s.rule] = out.get(s.rule, 0.0) + s.share
+        return out
+
+
+def schedule_func(func, target, rules=CPU_RULES) -> tuple["tvm_api.Schedule", str]:
+    """(schedule, rule name) of one PrimFunc: the first rule that takes it."""
+    target = as_target(target)
+    if target.kind.name != "llvm":
+        raise ScheduleNotApplicable(f"IR rules are for CPU targets; got {target.kind.name}")
+    for rule in rules:
+        sch = rule.schedule_func(func, target)
+        if sch is not None:
+            return sch, rule.NAME
+    raise ScheduleNotApplicable(f"no rule took {func.attrs.get('global_symbol', 'the function')}")
+
+
+def apply(mod, target=None, rules=CPU_RULES) -> Applied:
+    """Schedule every PrimFunc of ``mod`` (an IRModule: a Relax model after legalization, or
+    a module of PrimFuncs) for ``target`` (default the host); other functions are kept."""
+    target = as_target(target)
+    calls = call_counts(mod)
+    funcs = {gv: f for gv, f in mod.functions.items() if isinstance(f, tvm_api.PrimFunc)}
+    flops = {gv.name_hint: _flops(f) for gv, f in funcs.items()}
+    total = sum(flops[n] * calls.get(n, 1) for n in flops) or 1
+    out, report = mod, []
+    for gv, func in funcs.items():
+        sch, rule = schedule_func(func.with_attr("global_symbol", gv.name_hint), target, rules)
+        out = _replace(out, gv, sch.mod["main"].with_attr("global_symbol", gv.name_hint))
+        n = calls.get(gv.name_hint, 1)
+        report.append(Scheduled(gv.name_hint, rule, flops[gv.name_hint], n,
+                                flops[gv.name_hint] * n / total))  # fmt: skip
+    return Applied(out, tuple(report))
+
+
+def _replace(mod, gv, func):
+    new = tvm_api.IRModule(dict(mod.functions.items()), attrs=mod.attrs)
+    new[gv] = func
+    return new
+
+
+def _flops(func) -> int:
+    try:
+        return int(tvm_api.s_tir.analysis.estimate_tir_flops(tvm_api.IRModule({"main": func})))
+    except (RuntimeError, ValueError, TypeError):  # a function TVM cannot count (symbolic)
+        return 0
+
+
+def call_counts(mod) -> dict[str, int]:
+    """How many ``call_tir`` sites of each PrimFunc the module's Relax functions hold."""
+    counts: dict[str, int] = {}
+    for func in mod.functions.values():
+        if isinstance(func, tvm_api.PrimFunc):
+            continue
+        for name in tvm_api.called_prim_funcs(func):
+            counts[name] = counts.get(name, 0) + 1
+    return counts

@@ -1,0 +1,49 @@
+"""The rule of last resort: any function, its outer spatial loops in parallel.
+
+Every block that can be inlined into its consumer or producer is; each remaining block's
+leading spatial loops are fused and run in parallel, and an injective block's innermost
+spatial loop is vectorized by the target's lanes. Correct for any PrimFunc TVM can schedule;
+fast for none in particular.
+"""
+
+from __future__ import annotations
+
+from tvm_ext.base import tvm_api
+from tvm_ext.facts.target import lanes_for
+
+NAME = "fallback"
+
+
+def schedule_func(func, target):
+    sch = tvm_api.Schedule(func)
+    blocks = tvm_api.dlight.analysis.normalize_prim_func(sch)
+    if blocks is None:  # not in dlight's normal form: leave it as it is (still correct)
+        return sch
+    for block in tvm_api.dlight.base.try_inline(sch, blocks):
+        parallel_spatial(sch, block, target, vectorize=block.is_injective())
+    return sch
+
+
+def parallel_spatial(sch, block, target, vectorize: bool) -> None:
+    """Fuse ``block``'s (a dlight ``SBlockInfo``) leading spatial loops and run them in
+    parallel; with ``vectorize``, split the innermost loop of an all-spatial nest by the
+    target's lanes and vectorize it."""
+    kinds, loops = block.dom_kind(), block.get_loops()
+    lead = len(kinds) - len(kinds.lstrip("S"))
+    if lead == 0:
+        return
+    inner = None
+    lanes = lanes_for(target, 32)
+    if vectorize and lead == len(loops) and (loop_extent(sch, loops[-1]) or 0) >= lanes:
+        last, inner = sch.split(loops[-1], [None, lanes])
+        loops = [*loops[:-1], last]
+    outer = sch.fuse(*loops[:lead]) if lead > 1 else loops[0]
+    if (loop_extent(sch, outer) or 2) > 1:
+        sch.parallel(outer)
+    if inner is not None:
+        sch.vectorize(inner)
+
+
+def loop_extent(sch, loop) -> int | None:
+    extent = sch.get(loop).extent
+    return int(extent) if isinstance(extent, tvm_api.tirx.IntImm) else None
