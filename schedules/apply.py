@@ -7,6 +7,7 @@ its FLOPs and its share of the module's FLOPs (weighted by how often the module 
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -14,10 +15,18 @@ from tvm_ext.base import tvm_api
 from tvm_ext.base.errors import ScheduleNotApplicable
 from tvm_ext.facts.target import as_target
 
-from . import rule_fallback, rule_suite
+from . import rule_contraction, rule_fallback, rule_injective, rule_rows, rule_suite
+
+log = logging.getLogger(__name__)
 
 # The first rule that returns a schedule takes the function; the fallback takes anything.
-CPU_RULES: tuple[ModuleType, ...] = (rule_suite, rule_fallback)
+CPU_RULES: tuple[ModuleType, ...] = (
+    rule_suite,
+    rule_rows,
+    rule_contraction,
+    rule_injective,
+    rule_fallback,
+)
 
 
 @dataclass(frozen=True)
@@ -58,10 +67,23 @@ def schedule_func(func, target, rules=CPU_RULES) -> tuple["tvm_api.Schedule", st
     if target.kind.name != "llvm":
         raise ScheduleNotApplicable(f"IR rules are for CPU targets; got {target.kind.name}")
     for rule in rules:
-        sch = rule.schedule_func(func, target)
+        try:
+            sch = rule.schedule_func(func, target)
+        except tvm_api.ScheduleError as err:  # the pattern matched but a primitive refused
+            log.warning("rule %s gave up on %s: %s", rule.NAME, _name(func), _first_line(err))
+            continue
         if sch is not None:
             return sch, rule.NAME
-    raise ScheduleNotApplicable(f"no rule took {func.attrs.get('global_symbol', 'the function')}")
+    raise ScheduleNotApplicable(f"no rule took {_name(func)}")
+
+
+def _name(func) -> str:
+    return str(func.attrs.get("global_symbol", "the function")) if func.attrs else "the function"
+
+
+def _first_line(err) -> str:
+    lines = [line for line in str(err).splitlines() if "Error" in line or "error" in line]
+    return (lines or str(err).splitlines() or [""])[0][:200]
 
 
 def apply(mod, target=None, rules=CPU_RULES) -> Applied:

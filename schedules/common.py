@@ -17,6 +17,11 @@ ACC_SCOPE = "global"
 STACK_TILE_BYTES = 1024
 
 
+# A parallel region costs the thread pool a few microseconds to start and join (tens of
+# thousands of cycles): below this much work (iterations x operations) a loop runs serially.
+PARALLEL_MIN_WORK = 1 << 16
+
+
 def vector_registers(target) -> int:
     """Architectural vector registers of an x86 target: 32 with AVX-512, 16 with AVX/AVX2."""
     return 32 if vector_bits(target) >= 512 else 16

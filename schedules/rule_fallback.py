@@ -11,6 +11,8 @@ from __future__ import annotations
 from tvm_ext.base import tvm_api
 from tvm_ext.facts.target import lanes_for
 
+from .common import PARALLEL_MIN_WORK
+
 NAME = "fallback"
 
 
@@ -20,14 +22,29 @@ def schedule_func(func, target):
     if blocks is None:  # not in dlight's normal form: leave it as it is (still correct)
         return sch
     for block in tvm_api.dlight.base.try_inline(sch, blocks):
-        parallel_spatial(sch, block, target, vectorize=block.is_injective())
+        parallel_spatial(sch, block, target, vectorize=block.is_injective(), work=work(block))
     return sch
 
 
-def parallel_spatial(sch, block, target, vectorize: bool) -> None:
+def work(block) -> int:
+    """Iterations of a block's loop nest (its domain size; symbolic extents count as large)."""
+    total = 1
+    for extent in block.dom():
+        total *= static_int(extent) or PARALLEL_MIN_WORK
+    return total
+
+
+def static_int(value) -> int | None:
+    """A Python int, an IntImm's value, or None for a symbolic extent."""
+    if isinstance(value, int):
+        return value
+    return int(value.value) if isinstance(value, tvm_api.tirx.IntImm) else None
+
+
+def parallel_spatial(sch, block, target, vectorize: bool, work: int = PARALLEL_MIN_WORK) -> None:
     """Fuse ``block``'s (a dlight ``SBlockInfo``) leading spatial loops and run them in
     parallel; with ``vectorize``, split the innermost loop of an all-spatial nest by the
-    target's lanes and vectorize it."""
+    target's lanes and vectorize it. Below ``PARALLEL_MIN_WORK`` the loop stays serial."""
     kinds, loops = block.dom_kind(), block.get_loops()
     lead = len(kinds) - len(kinds.lstrip("S"))
     if lead == 0:
@@ -38,12 +55,11 @@ def parallel_spatial(sch, block, target, vectorize: bool) -> None:
         last, inner = sch.split(loops[-1], [None, lanes])
         loops = [*loops[:-1], last]
     outer = sch.fuse(*loops[:lead]) if lead > 1 else loops[0]
-    if (loop_extent(sch, outer) or 2) > 1:
+    if (loop_extent(sch, outer) or 2) > 1 and work >= PARALLEL_MIN_WORK:
         sch.parallel(outer)
     if inner is not None:
         sch.vectorize(inner)
 
 
 def loop_extent(sch, loop) -> int | None:
-    extent = sch.get(loop).extent
-    return int(extent) if isinstance(extent, tvm_api.tirx.IntImm) else None
+    return static_int(sch.get(loop).extent)

@@ -1,0 +1,182 @@
+"""Matmul-like and conv-like functions: one reduction block with injective neighbours.
+
+Reads the IR: a function whose blocks are, after inlining, one reduction block (spatial and
+reduction iterators, e.g. matmul ``SSR``, batch matmul ``SSSR``, conv2d ``SSSSRRR``) and at
+most one injective epilogue (bias, activation, residual, scaling: what Relax's FuseOps puts
+after a matmul); prologues (casts, padding, transposes of inputs) are inlined into it.
+
+The schedule is the register-blocked micro-kernel of :mod:`.matmul_cpu` derived from the
+accesses instead of a kernel name: the *vector* axis is the spatial iterator that indexes the
+output's last dimension (unit stride); the *row* axis is a spatial iterator that the operand
+read along the vector axis does not use, so one vector load feeds ``mr`` FMAs with broadcast
+values of the other operand. Loops: ``[outer spatial tiles, fused, parallel] [reduction]
+[mr rows, unrolled] [nr lanes, vectorized]`` with the ``mr x nr`` accumulator tile in a
+stack buffer (global scope under 1 KiB: registers), the epilogue applied as the tile is
+written back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tvm_ext.base import tvm_api
+
+from .common import ACC_SCOPE, PARALLEL_MIN_WORK, STACK_TILE_BYTES, lanes_for, vector_registers
+from .rule_fallback import loop_extent, parallel_spatial, work
+
+NAME = "contraction"
+
+
+@dataclass(frozen=True)
+class Axes:
+    """The reduction block's iterators by role (indices into its iterator list)."""
+
+    spatial: tuple[int, ...]
+    reduction: tuple[int, ...]
+    vector: int  # the spatial iterator of the output's last dimension
+    row: int | None  # a spatial iterator the vector-loaded operand does not use
+
+
+def schedule_func(func, target):
+    sch = tvm_api.Schedule(func)
+    blocks = tvm_api.dlight.analysis.normalize_prim_func(sch)
+    if blocks is None:
+        return None
+    # Padding stays a stage of its own: inlined, its condition sits on every load of the
+    # inner loop and LLVM scalarizes it (a 3x3 NCHW conv ran at 1.8 GFLOP/s that way).
+    pads = [b for b in blocks if b.is_injective() and b.is_data_pad(sch)]
+    rest = tvm_api.dlight.base.try_inline_contiguous_spatial(
+        sch, [b for b in blocks if b not in pads]
+    )
+    reductions = [b for b in rest if b.is_reduction()]
+    if len(reductions) != 1 or len(rest) > 2 or not _is_float_accumulator(sch, reductions[0]):
+        return None
+    main = reductions[0]
+    epilogue = [b for b in rest if b is not main]
+    if epilogue and (rest.index(main) != 0 or not epilogue[0].is_injective()):
+        return None  # a block before the reduction that cannot be inlined: not this shape
+    axes = find_axes(sch, main)
+    if axes is None:
+        return None
+    packs = pack_strided_operands(sch, main, axes)
+    tile(sch, main, axes, target, epilogue[0] if epilogue else None)
+    for stage in pads + [tvm_api.dlight.analysis.get_sblock_info(sch, b) for b in packs]:
+        parallel_spatial(sch, stage, target, vectorize=True, work=work(stage))
+    return sch
+
+
+def pack_strided_operands(sch, block, axes: Axes) -> list:
+    """Copy every operand that the vector axis indexes in another dimension than its last
+    (``B[j, k]`` of a matmul with B transposed: a strided gather per vector) into a layout
+    with that dimension last, once per call; returns the copy blocks."""
+    stmt = sch.get(block.block_rv)
+    vector = block.iters[axes.vector].var.name
+    packs = []
+    for index, read in enumerate(stmt.reads):
+        dims = [_vars_of(d.min) for d in read.region]
+        at = [i for i, used in enumerate(dims) if vector in used]
+        if len(at) != 1 or at[0] == len(dims) - 1 or len(dims[at[0]]) != 1:
+            continue
+        order = [i for i in range(len(dims)) if i != at[0]] + at
+        copy = sch.cache_read(block.block_rv, index, "global")
+        sch.transform_layout(copy, ("write", 0), _permutation(order))
+        packs.append(copy)
+    return packs
+
+
+def _is_float_accumulator(sch, block) -> bool:
+    return str(sch.get(block.block_rv).writes[0].source.dtype).startswith("float")
+
+
+def _vars_of(expr) -> set:
+    return {v.name for v in tvm_api.dlight.analysis.collect_vars_used_in_prim_expr(expr)}
+
+
+def _permutation(order: list[int]):
+    """An index map that reads dimensions in ``order``."""
+    return tvm_api.tirx.IndexMap.from_func(lambda *idx: [idx[i] for i in order], ndim=len(order))
+
+
+def find_axes(sch, block) -> Axes | None:
+    """Which iterator is the vector axis and which the row axis, from the block's accesses."""
+    stmt = sch.get(block.block_rv)
+    kinds = block.dom_kind()
+    names = [it.var.name for it in block.iters]  # unit iterators are left out of both
+    spatial = tuple(i for i, k in enumerate(kinds) if k == "S")
+    reduction = tuple(i for i, k in enumerate(kinds) if k == "R")
+    if not spatial or not reduction or len(kinds) != len(spatial) + len(reduction):
+        return None
+    last = stmt.writes[0].region[-1].min
+    if not isinstance(last, tvm_api.tirx.Var) or last.name not in names:
+        return None
+    vector = names.index(last.name)
+    if vector not in spatial:
+        return None
+    # Operands read along the vector axis (it indexes their last dimension).
+    streamed = [r for r in stmt.reads if last.name in _vars_of(r.region[-1].min)]
+    used = (
+        set().union(*(_vars_of(d.min) for r in streamed for d in r.region)) if streamed else set()
+    )
+    rows = [i for i in spatial if i != vector and names[i] not in used]
+    extents = block.dom()
+    row = max(rows, key=lambda i: int(extents[i])) if rows else None
+    return Axes(spatial, reduction, vector, row)
+
+
+def _tile_size(extent: int, limit: int, step: int = 1) -> int:
+    """``extent`` when it is within ``limit``; else the largest multiple of ``step`` in
+    [limit / 2, limit] dividing ``extent``; else ``limit`` (a tail runs under a predicate)."""
+    if extent <= limit:
+        return extent
+    for size in range(limit // step * step, max(limit // 2, step) - 1, -step):
+        if extent % size == 0:
+            return size
+    return limit
+
+
+def tile(sch, block, axes: Axes, target, epilogue) -> None:
+    """The register-blocked loop nest (see the module docstring)."""
+    lanes = lanes_for(target, 32)
+    dom = [int(d) for d in block.dom()]
+    n = dom[axes.vector]
+    nr = _tile_size(n, 2 * lanes, lanes) if n >= lanes else n
+    vectors = max(nr // lanes, 1)
+    fit = min((vector_registers(target) - vectors - 1) // vectors, 8)
+    fit = min(fit, (STACK_TILE_BYTES - 1) // (4 * nr))
+    mr = _tile_size(dom[axes.row], fit) if axes.row is not None else 1
+    loops = [it.loop_rv for it in block.iters]
+    v_outer, v_inner = sch.split(loops[axes.vector], [None, nr])
+    outer, inner = [], [v_inner]
+    if axes.row is not None:
+        r_outer, r_inner = sch.split(loops[axes.row], [None, mr])
+        inner.insert(0, r_inner)
+    for i in axes.spatial:
+        if i == axes.vector:
+            continue
+        outer.append(r_outer if i == axes.row else loops[i])
+    outer.append(v_outer)
+    reductions = [loops[i] for i in axes.reduction]
+    sch.reorder(*outer, *reductions, *inner)
+    acc = sch.cache_write(block.block_rv, 0, ACC_SCOPE)
+    sch.reverse_compute_at(acc, outer[-1])
+    if epilogue is not None:
+        sch.reverse_compute_inline(epilogue.block_rv)
+    sch.vectorize(sch.get_loops(acc)[-1])
+    if len(inner) == 2:
+        sch.unroll(inner[0])
+    sch.vectorize(inner[-1])
+    if work(block) >= PARALLEL_MIN_WORK:
+        _parallel(sch, outer)  # before the init is split off: a loop over it must be complete
+    init = sch.decompose_reduction(block.block_rv, reductions[0])
+    sch.vectorize(sch.get_loops(init)[-1])
+
+
+def _parallel(sch, outer) -> None:
+    """Fuse the outer spatial tile loops and run them in parallel (all of them: a fused
+    extent well above the core count balances the threads)."""
+    fused = sch.fuse(*outer) if len(outer) > 1 else outer[0]
+    if (loop_extent(sch, fused) or 2) > 1:
+        sch.parallel(fused)
+
+
+__all__ = ["Axes", "NAME", "find_axes", "schedule_func", "tile"]

@@ -1,0 +1,101 @@
+"""Reductions along an axis with their element-wise neighbours: softmax, layernorm, rmsnorm,
+mean/max/sum, as Relax's FuseOps leaves them in one function.
+
+Reads the IR: blocks whose iterators are leading spatial axes (the rows) and then either
+spatial axes (element-wise stages) or one trailing reduction axis (``S..SR``), the last block
+element-wise. The schedule is :mod:`.rows_cpu`'s, derived from the IR instead of block names:
+every stage is computed inside the parallel row loop of the output, so a row's intermediates
+stay in L1; each reduction is split by the vector width and ``rfactor``-ed (``lanes`` partial
+results accumulated as one vector, then folded); element-wise stages are vectorized.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tvm_ext.base import tvm_api
+
+from .common import PARALLEL_MIN_WORK, lanes_for
+from .rule_fallback import loop_extent, work
+
+NAME = "rows"
+
+
+def schedule_func(func, target):
+    sch = tvm_api.Schedule(func)
+    blocks = tvm_api.dlight.analysis.normalize_prim_func(sch)
+    if blocks is None or len(blocks) < 2 or not blocks[-1].is_injective():
+        return None
+    reductions = [b for b in blocks if not b.is_injective()]
+    if not reductions or any(not _row_reduction(b.dom_kind()) for b in reductions):
+        return None
+    rows = min(len(b.dom_kind()) - 1 for b in reductions)  # leading spatial axes shared
+    out_kind = blocks[-1].dom_kind()
+    if len(out_kind) <= rows or out_kind[:rows] != "S" * rows:
+        return None
+    stages = _inline_single_use(sch, blocks[:-1])
+    lanes = lanes_for(target, 32)
+    ordered, partials = [], []
+    for block in stages:
+        if not block.is_injective():
+            partial = _rfactor(sch, block, lanes)
+            ordered += [partial] if partial is not None else []
+            partials += [partial] if partial is not None else []
+        ordered.append(block.block_rv)
+    out = blocks[-1].block_rv
+    loops = sch.get_loops(out)
+    row = sch.fuse(*loops[:rows]) if rows > 1 else loops[0]
+    for block in reversed(ordered):
+        sch.compute_at(block, row, preserve_unit_loops=True)
+    if work(blocks[-1]) >= PARALLEL_MIN_WORK:
+        sch.parallel(row)
+    for partial in partials:
+        k1, k0 = sch.get_loops(partial)[-2:]
+        sch.reorder(k0, k1)
+        sch.vectorize(k1)
+    for block in [b.block_rv for b in stages if b.is_injective()] + [out]:
+        _vectorize_inner(sch, block, lanes)
+    return sch
+
+
+def _row_reduction(kind: str) -> bool:
+    """``S..SR``: spatial rows, one trailing reduction axis."""
+    return len(kind) >= 2 and kind.endswith("R") and set(kind[:-1]) == {"S"}
+
+
+def _inline_single_use(sch, blocks):
+    """Inline element-wise stages read by one consumer only (a cast, a square): inlining one
+    read by several (softmax's ``exp``) would compute it once per reader."""
+    kept = []
+    for block in blocks:
+        if block.is_injective() and len(sch.get_consumers(block.block_rv)) == 1:
+            try:
+                sch.compute_inline(block.block_rv)
+                continue
+            except tvm_api.ScheduleError:
+                pass
+        kept.append(block)
+    return kept
+
+
+def _rfactor(sch, block, lanes: int):
+    """Split the reduction loop by the widest power of two up to ``lanes`` dividing it and
+    rfactor the inner part: the block then folds ``lanes`` vector partials."""
+    k = sch.get_loops(block.block_rv)[-1]
+    extent = loop_extent(sch, k)
+    width = math.gcd(extent, lanes) if extent else 1
+    if width < 2:
+        return None
+    _, k1 = sch.split(k, [None, width])
+    return sch.rfactor(k1, len(block.dom_kind()) - 1)  # partial[*rows, lane]
+
+
+def _vectorize_inner(sch, block, lanes: int) -> None:
+    loops = sch.get_loops(block)
+    if len(loops) <= 1:
+        return
+    extent = loop_extent(sch, loops[-1]) or 0
+    width = math.gcd(extent, lanes)
+    if width >= 2:
+        _, inner = sch.split(loops[-1], [None, width])
+        sch.vectorize(inner)

@@ -1,0 +1,140 @@
+"""The IR rules: which rule takes a function, from its IR alone, and the schedule is correct.
+
+Every case is checked against the unscheduled build of the same function on random inputs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax, te, topi
+from tvm.relax.frontend import nn
+
+from tvm_ext import schedules as S
+from tvm_ext.base import tvm_api
+from tvm_ext.base.errors import ScheduleNotApplicable
+
+
+def _run(mod, func_args, target):
+    lib = tvm.tirx.build(mod, target=target)
+    dev = tvm.cpu()
+    tensors = [tvm.runtime.tensor(a, dev) for a in func_args]
+    with tvm_api.threads(int(target.attrs["num-cores"])):
+        lib(*tensors)
+    return tensors[-1].numpy()
+
+
+def check_rule(func, target, rule: str, rtol=1e-5):
+    """Schedule ``func``; assert ``rule`` took it and it computes what the plain build does."""
+    func = func.with_attr("global_symbol", "main")
+    sch, took = S.apply_mod.schedule_func(func, target)
+    assert took == rule
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal(shape).astype(dtype) for shape, dtype in tvm_api.param_specs(func)]
+    want = _run(tvm_api.IRModule({"main": func}), [a.copy() for a in args], target)
+    got = _run(sch.mod, [a.copy() for a in args], target)
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * np.abs(want).max())
+    return sch
+
+
+def _script(sch) -> str:
+    return sch.mod.script()
+
+
+def user_matmul_bias_relu(M, N, K):
+    """A user's own TE kernel with an epilogue."""
+    A = te.placeholder((M, K), name="A")
+    B = te.placeholder((K, N), name="B")
+    bias = te.placeholder((N,), name="bias")
+    k = te.reduce_axis((0, K), name="k")
+    C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    D = te.compute((M, N), lambda i, j: te.max(C[i, j] + bias[j], 0.0), name="D")
+    return te.create_prim_func([A, B, bias, D])
+
+
+def test_user_te_matmul_with_epilogue_is_a_contraction(host):
+    sch = check_rule(user_matmul_bias_relu(48, 40, 24), host, "contraction")
+    text = _script(sch)
+    # The epilogue is applied as the accumulator tile is written back: no separate D loop.
+    assert "T.max(C_global" in text and "T.vectorized" in text and "C_init" in text
+
+
+def test_transposed_b_batched_matmul_packs_b(host):
+    A = te.placeholder((3, 20, 16), name="A")
+    B = te.placeholder((3, 24, 16), name="B")  # B transposed: the vector axis j is not last
+    k = te.reduce_axis((0, 16), name="k")
+    C = te.compute((3, 20, 24), lambda b, i, j: te.sum(A[b, i, k] * B[b, j, k], axis=k), name="C")
+    sch = check_rule(te.create_prim_func([A, B, C]), host, "contraction")
+    assert "B_global" in _script(sch)  # copied once into a layout with j last
+
+
+def test_nhwc_conv_with_padding_keeps_the_pad_a_stage(host):
+    X = te.placeholder((1, 9, 9, 8), name="X")
+    W = te.placeholder((3, 3, 8, 16), name="W")
+    out = topi.nn.conv2d_nhwc(X, W, 1, 1, 1)
+    sch = check_rule(te.create_prim_func([X, W, out]), host, "contraction", rtol=1e-4)
+    text = _script(sch)
+    assert 'T.sblock("pad_temp")' in text  # not inlined: its condition would scalarize the loop
+    assert (
+        "if_then_else" not in text.split('T.sblock("conv2d_nhwc_update")')[1].split("T.sblock")[0]
+    )
+
+
+def _fused_primfuncs(module: nn.Module, shape):
+    mod, _ = module.export_tvm({"forward": {"x": nn.spec.Tensor(shape, "float32")}})
+    mod = relax.get_pipeline("zero")(mod)
+    return {gv.name_hint: f for gv, f in mod.functions.items() if isinstance(f, tvm_api.PrimFunc)}
+
+
+class _Rows(nn.Module):
+    def __init__(self):
+        self.norm = nn.LayerNorm(64)
+
+    def forward(self, x):
+        return nn.softmax(self.norm(x), axis=-1)
+
+
+def test_softmax_and_layernorm_as_fuseops_gives_them_are_rows(host):
+    funcs = _fused_primfuncs(_Rows(), (4, 16, 64))
+    for name in ("layer_norm", "softmax"):
+        sch = check_rule(funcs[name], host, "rows")
+        text = _script(sch)
+        assert "_rf" in text and "T.vectorized" in text  # vector partial sums, folded
+
+
+def test_injective_functions_and_rule_order(host):
+    X = te.placeholder((32, 48), name="X")
+    Y = te.compute((48, 32), lambda i, j: X[j, i] * 2.0, name="Y")
+    check_rule(te.create_prim_func([X, Y]), host, "injective")
+
+
+def test_apply_covers_every_function_of_a_model(host):
+    class Block(nn.Module):
+        def __init__(self):
+            self.fc1, self.fc2, self.norm = nn.Linear(64, 128), nn.Linear(128, 64), nn.LayerNorm(64)
+
+        def forward(self, x):
+            return self.norm(x + self.fc2(nn.gelu(self.fc1(x))))
+
+    mod, _ = Block().export_tvm({"forward": {"x": nn.spec.Tensor((8, 64), "float32")}})
+    applied = S.apply(relax.get_pipeline("zero")(mod), host)
+    table = applied.table()
+    assert set(table["rule"]) <= {"contraction", "rows", "injective"}
+    assert table["share"].sum() == pytest.approx(1.0)
+    assert applied.share_by_rule()["contraction"] > 0.9
+    for gv, func in applied.mod.functions.items():  # every PrimFunc was replaced by a schedule
+        if isinstance(func, tvm_api.PrimFunc):
+            assert "T.parallel" in func.script() or "T.vectorized" in func.script(), gv
+
+
+def test_schedule_takes_a_primfunc_module_or_schedule(host):
+    func = user_matmul_bias_relu(16, 16, 16)
+    for obj in (func, tvm_api.IRModule({"main": func}), tvm_api.Schedule(func)):
+        assert isinstance(S.schedule(obj, host), tvm_api.Schedule)
+    with pytest.raises(ValueError, match="suite workloads only"):
+        S.schedule(func, host, mr=4)
+    with pytest.raises(TypeError, match="PrimFunc"):
+        S.schedule("matmul", host)
+    with pytest.raises(ScheduleNotApplicable, match="CPU targets"):
+        S.schedule(func, tvm_api.Target({"kind": "cuda", "arch": "sm_90"}))
