@@ -58,30 +58,61 @@ def schedule_func(func, target):
     axes = find_axes(sch, main)
     if axes is None:
         return None
-    packs = pack_strided_operands(sch, main, axes)
-    tile(sch, main, axes, target, epilogue[0] if epilogue else None)
+    mr, nr = tile_sizes(main, axes, target)
+    packs, weights = pack_operands(sch, func, main, axes, nr)
+    tile(sch, main, axes, target, epilogue[0] if epilogue else None, (mr, nr))
     for stage in pads + [tvm_api.dlight.analysis.get_sblock_info(sch, b) for b in packs]:
         parallel_spatial(sch, stage, target, vectorize=True, work=work(stage))
+    for block in weights:  # run once, at compile time, when the caller folds weights
+        sch.annotate(block, "meta_schedule.layout_rewrite_preproc", True)
     return sch
 
 
-def pack_strided_operands(sch, block, axes: Axes) -> list:
-    """Copy every operand that the vector axis indexes in another dimension than its last
-    (``B[j, k]`` of a matmul with B transposed: a strided gather per vector) into a layout
-    with that dimension last, once per call; returns the copy blocks."""
+def pack_operands(sch, func, block, axes: Axes, nr: int):
+    """Copy operands read along the vector axis into a better layout; returns (per-call
+    copies, weight copies).
+
+    A weight (a ``layout_free_buffers`` parameter: Relax marks model weights so) is packed
+    into ``nr``-wide panels, ``W[.., k, j] -> Wp[j // nr, .., k, j % nr]``: the micro-kernel
+    then streams one contiguous panel. The copy is marked as a layout-rewrite pre-process, so
+    Relax's ``SplitLayoutRewritePreproc`` lifts it out and constant folding runs it once.
+    Any other operand that the vector axis indexes in another dimension than its last
+    (``B[j, k]`` of a matmul with B transposed: a strided gather per vector) is copied per
+    call into a layout with that dimension last.
+    """
     stmt = sch.get(block.block_rv)
     vector = block.iters[axes.vector].var.name
-    packs = []
+    free = {int(i) for i in (func.attrs.get("layout_free_buffers", []) if func.attrs else [])}
+    free_names = {func.params[i].name for i in free if i < len(func.params)}
+    packs, weights = [], []
     for index, read in enumerate(stmt.reads):
         dims = [_vars_of(d.min) for d in read.region]
         at = [i for i, used in enumerate(dims) if vector in used]
-        if len(at) != 1 or at[0] == len(dims) - 1 or len(dims[at[0]]) != 1:
+        if len(at) != 1 or len(dims[at[0]]) != 1:
             continue
-        order = [i for i in range(len(dims)) if i != at[0]] + at
-        copy = sch.cache_read(block.block_rv, index, "global")
-        sch.transform_layout(copy, ("write", 0), _permutation(order))
-        packs.append(copy)
-    return packs
+        weight = read.source.name in free_names
+        extent = int(read.source.shape[at[0]])
+        dtype = str(read.source.shape[at[0]].ty)  # the index maps' (int32 or int64)
+        if weight and extent % nr == 0:
+            copy = sch.cache_read(block.block_rv, index, "global")
+            sch.transform_layout(copy, ("write", 0), _panels(len(dims), at[0], nr, dtype))
+            weights.append(copy)
+        elif at[0] != len(dims) - 1:
+            order = [i for i in range(len(dims)) if i != at[0]] + at
+            copy = sch.cache_read(block.block_rv, index, "global")
+            sch.transform_layout(copy, ("write", 0), _permutation(order, dtype))
+            packs.append(copy)
+    return packs, weights
+
+
+def _panels(ndim: int, at: int, nr: int, dtype: str):
+    """``W[.., j, ..] -> Wp[j // nr, .., j % nr]`` for the dimension ``at``."""
+    rest = [i for i in range(ndim) if i != at]
+    return tvm_api.tirx.IndexMap.from_func(
+        lambda *idx: [idx[at] // nr, *[idx[i] for i in rest], idx[at] % nr],
+        ndim=ndim,
+        index_dtype=dtype,
+    )
 
 
 def _is_float_accumulator(sch, block) -> bool:
@@ -92,9 +123,11 @@ def _vars_of(expr) -> set:
     return {v.name for v in tvm_api.dlight.analysis.collect_vars_used_in_prim_expr(expr)}
 
 
-def _permutation(order: list[int]):
+def _permutation(order: list[int], dtype: str):
     """An index map that reads dimensions in ``order``."""
-    return tvm_api.tirx.IndexMap.from_func(lambda *idx: [idx[i] for i in order], ndim=len(order))
+    return tvm_api.tirx.IndexMap.from_func(
+        lambda *idx: [idx[i] for i in order], ndim=len(order), index_dtype=dtype
+    )
 
 
 def find_axes(sch, block) -> Axes | None:
@@ -114,9 +147,7 @@ def find_axes(sch, block) -> Axes | None:
         return None
     # Operands read along the vector axis (it indexes their last dimension).
     streamed = [r for r in stmt.reads if last.name in _vars_of(r.region[-1].min)]
-    used = (
-        set().union(*(_vars_of(d.min) for r in streamed for d in r.region)) if streamed else set()
-    )
+    used = set().union(set(), *(_vars_of(d.min) for r in streamed for d in r.region))
     rows = [i for i in spatial if i != vector and names[i] not in used]
     extents = block.dom()
     row = max(rows, key=lambda i: int(extents[i])) if rows else None
@@ -134,8 +165,9 @@ def _tile_size(extent: int, limit: int, step: int = 1) -> int:
     return limit
 
 
-def tile(sch, block, axes: Axes, target, epilogue) -> None:
-    """The register-blocked loop nest (see the module docstring)."""
+def tile_sizes(block, axes: Axes, target) -> tuple[int, int]:
+    """(mr, nr): ``nr`` lanes of one or two vectors, as many rows as keep the accumulators,
+    the vector operands and a broadcast in the registers and the tile on the stack."""
     lanes = lanes_for(target, 32)
     dom = [int(d) for d in block.dom()]
     n = dom[axes.vector]
@@ -143,7 +175,12 @@ def tile(sch, block, axes: Axes, target, epilogue) -> None:
     vectors = max(nr // lanes, 1)
     fit = min((vector_registers(target) - vectors - 1) // vectors, 8)
     fit = min(fit, (STACK_TILE_BYTES - 1) // (4 * nr))
-    mr = _tile_size(dom[axes.row], fit) if axes.row is not None else 1
+    return (_tile_size(dom[axes.row], fit) if axes.row is not None else 1), nr
+
+
+def tile(sch, block, axes: Axes, target, epilogue, sizes: tuple[int, int]) -> None:
+    """The register-blocked loop nest (see the module docstring)."""
+    mr, nr = sizes
     loops = [it.loop_rv for it in block.iters]
     v_outer, v_inner = sch.split(loops[axes.vector], [None, nr])
     outer, inner = [], [v_inner]

@@ -138,3 +138,30 @@ def test_schedule_takes_a_primfunc_module_or_schedule(host):
         S.schedule("matmul", host)
     with pytest.raises(ScheduleNotApplicable, match="CPU targets"):
         S.schedule(func, tvm_api.Target({"kind": "cuda", "arch": "sm_90"}))
+
+
+def test_weights_are_packed_once_at_compile_time(host):
+    class Linear(nn.Module):
+        def __init__(self):
+            self.fc = nn.Linear(24, 32)
+
+        def forward(self, x):
+            return nn.relu(self.fc(x))
+
+    mod, spec = Linear().export_tvm({"forward": {"x": nn.spec.Tensor((40, 24), "float32")}})
+    rng = np.random.default_rng(1)
+    params = {n: rng.standard_normal([int(d) for d in p.shape]).astype("float32") for n, p in spec}
+    bound = {k: tvm.runtime.tensor(v) for k, v in params.items()}
+    mod = relax.get_pipeline("zero")(relax.transform.BindParams("forward", bound)(mod))
+    mod = S.apply(relax.transform.AttachAttrLayoutFreeBuffers()(mod), host).mod
+    packed = [f.script() for f in mod.functions.values() if isinstance(f, tvm_api.PrimFunc)]
+    assert any("meta_schedule.layout_rewrite_preproc" in text for text in packed)
+    mod = relax.transform.FoldConstant()(relax.transform.SplitLayoutRewritePreproc()(mod))
+    called = tvm_api.called_prim_funcs(mod["forward"])
+    assert called and not any(name.endswith("_weight_prepack") for name in called)  # folded
+    vm = relax.VirtualMachine(tvm.compile(mod, target=host), tvm.cpu())
+    x = rng.standard_normal((40, 24)).astype("float32")
+    want = np.maximum(x @ params["fc.weight"].T + params["fc.bias"], 0)
+    with tvm_api.threads(int(host.attrs["num-cores"])):
+        got = vm["forward"](tvm.runtime.tensor(x)).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
