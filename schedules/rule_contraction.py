@@ -183,15 +183,15 @@ def tile(sch, block, axes: Axes, target, epilogue, sizes: tuple[int, int]) -> No
     mr, nr = sizes
     loops = [it.loop_rv for it in block.iters]
     v_outer, v_inner = sch.split(loops[axes.vector], [None, nr])
-    outer, inner = [], [v_inner]
+    # Column panels outside row blocks: one panel of the vector-loaded operand (packed, a few
+    # KiB) stays in L1 while every row block uses it; row-major tiles would stream the whole
+    # operand from memory once per row block.
+    outer = [loops[i] for i in axes.spatial if i not in (axes.vector, axes.row)] + [v_outer]
+    inner = [v_inner]
     if axes.row is not None:
         r_outer, r_inner = sch.split(loops[axes.row], [None, mr])
+        outer.append(r_outer)
         inner.insert(0, r_inner)
-    for i in axes.spatial:
-        if i == axes.vector:
-            continue
-        outer.append(r_outer if i == axes.row else loops[i])
-    outer.append(v_outer)
     reductions = [loops[i] for i in axes.reduction]
     sch.reorder(*outer, *reductions, *inner)
     acc = sch.cache_write(block.block_rv, 0, ACC_SCOPE)
@@ -201,7 +201,15 @@ def tile(sch, block, axes: Axes, target, epilogue, sizes: tuple[int, int]) -> No
     sch.vectorize(sch.get_loops(acc)[-1])
     if len(inner) == 2:
         sch.unroll(inner[0])
-    sch.vectorize(inner[-1])
+    lanes = lanes_for(target, 32)
+    if nr > lanes and nr % lanes == 0:
+        # One register-wide vector per statement: LLVM keeps `lanes`-wide accumulators of a
+        # stack tile in registers, but spilled a 16-wide one on AVX2 on every k step.
+        vectors, lane = sch.split(inner[-1], [None, lanes])
+        sch.unroll(vectors)
+        sch.vectorize(lane)
+    else:
+        sch.vectorize(inner[-1])
     if work(block) >= PARALLEL_MIN_WORK:
         _parallel(sch, outer)  # before the init is split off: a loop over it must be complete
     init = sch.decompose_reduction(block.block_rv, reductions[0])
