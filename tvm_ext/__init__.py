@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 # tvm_api comes first: it raises TVM's thread-pool ceiling before anything can create the pool.
 from tvm_ext.base import errors, tvm_api  # noqa: F401
 from tvm_ext.base.errors import ParityError, ScheduleNotApplicable, TvmExtError
-from tvm_ext.facts import kernels
+from tvm_ext.facts import kernels, models
 from tvm_ext.facts.machine import MachineModel, host_machine
 from tvm_ext.facts.measure import Measurement, measure
 from tvm_ext.facts.target import cuda_target, generic_target, host_target
@@ -34,6 +34,14 @@ def replay(obj, target=None, **options):
     return _replay(obj, target=target, **options)
 
 
+def compile(model, target=None, params=None, **options):
+    """Compile a model (a ``models.ZOO`` model or a Relax IRModule) to a VM, every kernel
+    scheduled by the IR rules, parity checked; see :func:`tvm_ext.search.compile.compile`."""
+    from tvm_ext.search.compile import compile as _compile
+
+    return _compile(model, target=target, params=params, **options)
+
+
 def rpc_runner(tracker: str, key: str, **options):
     """A MetaSchedule runner measuring on remote devices; see
     :func:`tvm_ext.search.remote.rpc_runner`."""
@@ -48,6 +56,7 @@ __all__ = [
     "ParityError",
     "ScheduleNotApplicable",
     "TvmExtError",
+    "compile",
     "cuda_target",
     "errors",
     "generic_target",
@@ -55,6 +64,7 @@ __all__ = [
     "host_target",
     "kernels",
     "measure",
+    "models",
     "replay",
     "rpc_runner",
     "tune",

@@ -215,3 +215,16 @@ def no_notebook_tables() -> Iterator[None]:
     finally:
         if original is not None:
             tvm_ffi.register_global_func(name, original, override=True)
+
+
+def relax_params(func) -> list[tuple[str, tuple[int | None, ...], str]]:
+    """(name, shape, dtype) of each parameter of a Relax function, a symbolic dimension as
+    None (TVM 0.27: a parameter's type is ``var.ty``, formerly ``struct_info``)."""
+    out = []
+    for var in func.params:
+        ty = var.ty
+        shape = getattr(ty, "shape", None)
+        values = getattr(shape, "values", None) or ()
+        dims = tuple(int(d) if isinstance(d, tvm.tirx.IntImm) else None for d in values)
+        out.append((str(var.name), dims, str(getattr(ty, "dtype", ""))))
+    return out

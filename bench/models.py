@@ -1,0 +1,280 @@
+"""Zoo models end to end: TVM untuned vs ours vs torch eager vs torch.compile, one run.
+
+Every contender runs the same weights on the same threads (the physical cores); TVM builds
+and torch are parity-checked against the numpy reference before they are timed; contenders
+are timed in interleaved rounds (a noisy neighbour hits each alike) and the median kept.
+
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python bench/models.py \
+        [--quick] [--models mlp,encoder] [--batches 1,2] [--no-torch-compile] [--no-readme]
+
+OpenBLAS reads OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE when it loads: set, they can pin numpy's
+and torch's kernels to another core type than this CPU's. The script re-runs itself without
+them if it finds them, and prints which BLAS kernel it ran (threadpoolctl).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+_PINS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+if any(v in os.environ for v in _PINS):  # before numpy loads OpenBLAS: re-run without them
+    env = {k: v for k, v in os.environ.items() if k not in _PINS}
+    os.execve(sys.executable, [sys.executable, *sys.argv], env)
+
+import argparse  # noqa: E402
+import functools  # noqa: E402
+import shlex  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from _common import cpu_name, time_callable, write_section  # noqa: E402
+from threadpoolctl import threadpool_info, threadpool_limits  # noqa: E402
+
+import tvm_ext  # noqa: E402
+from tvm_ext import models  # noqa: E402
+from tvm_ext.base.tvm_api import physical_cores  # noqa: E402
+from tvm_ext.facts.target import target_cpu  # noqa: E402
+from tvm_ext.search.compile import compile_untuned  # noqa: E402
+
+COLUMNS = ["TVM untuned", "ours", "torch eager", "torch.compile", "onnxruntime"]
+
+
+# -- the zoo in torch: the same weights (by spec name), the same computation ----------------
+
+
+def _linear(F, x, w, name):
+    return F.linear(x, w[f"{name}.weight"], w.get(f"{name}.bias"))
+
+
+def torch_mlp(w, x):
+    import torch.nn.functional as F
+
+    return _linear(F, F.relu(_linear(F, x, w, "fc1")), w, "fc2")
+
+
+def torch_encoder(w, x, heads):
+    import torch.nn.functional as F
+
+    b, s, h = x.shape
+    q, k, v = (
+        _linear(F, x, w, n).view(b, s, heads, h // heads).transpose(1, 2)
+        for n in ("query", "key", "value")
+    )
+    p = F.softmax(q @ k.transpose(-1, -2) / (h // heads) ** 0.5, dim=-1)
+    ctx = (p @ v).transpose(1, 2).reshape(b, s, h)
+    x = F.layer_norm(
+        x + _linear(F, ctx, w, "attn_out"), (h,), w["attn_norm.weight"], w["attn_norm.bias"], 1e-12
+    )
+    ffn = _linear(F, F.gelu(_linear(F, x, w, "ffn_in")), w, "ffn_out")
+    return F.layer_norm(x + ffn, (h,), w["ffn_norm.weight"], w["ffn_norm.bias"], 1e-12)
+
+
+def torch_decoder(w, x, heads):
+    import torch
+    import torch.nn.functional as F
+
+    b, s, h = x.shape
+    d = h // heads
+    cos, sin = (torch.tensor(t, dtype=torch.float32) for t in models.rope_tables(s, d))
+
+    def rms(t, weight):
+        return t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-5) * weight
+
+    def rope(t):  # (b, s, heads, d)
+        return t * cos + torch.cat([-t[..., d // 2 :], t[..., : d // 2]], dim=-1) * sin
+
+    n = rms(x, w["input_norm.weight"])
+    q, k, v = (_linear(F, n, w, p).view(b, s, heads, d) for p in ("q_proj", "k_proj", "v_proj"))
+    q, k, v = rope(q).transpose(1, 2), rope(k).transpose(1, 2), v.transpose(1, 2)
+    ctx = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2)
+    x = x + _linear(F, ctx.reshape(b, s, h), w, "o_proj")
+    n = rms(x, w["post_norm.weight"])
+    gated = F.silu(_linear(F, n, w, "gate_proj")) * _linear(F, n, w, "up_proj")
+    return x + _linear(F, gated, w, "down_proj")
+
+
+def torch_resnet(w, x):
+    import torch.nn.functional as F
+
+    i = 0
+    while f"blocks.{i}.conv1.weight" in w:
+        p = f"blocks.{i}"
+        y = F.relu(F.conv2d(x, w[f"{p}.conv1.weight"], w[f"{p}.conv1.bias"], padding=1))
+        x = F.relu(F.conv2d(y, w[f"{p}.conv2.weight"], w[f"{p}.conv2.bias"], padding=1) + x)
+        i += 1
+    return x
+
+
+def torch_forward(model):
+    """``f(weights, *inputs)`` in torch for a zoo model."""
+    if model.name in ("encoder", "decoder"):
+        shapes, fn = {
+            "encoder": (models.ENCODER, torch_encoder),
+            "decoder": (models.DECODER, torch_decoder),
+        }[model.name]
+        heads = shapes[model.size].heads
+        return lambda w, x: fn(w, x, heads)
+    return {"mlp": torch_mlp, "resnet": torch_resnet}[model.name]
+
+
+def blas_report() -> str:
+    """Which BLAS (with its CPU kernel) and OpenMP libraries are loaded, with their threads, and
+    the kernel level torch dispatches to (its own MKL/oneDNN are not visible to threadpoolctl)."""
+    rows = []
+    for lib in threadpool_info():
+        parts = [lib["internal_api"], lib.get("version"), lib.get("architecture")]
+        name = " ".join(p for p in parts if p)
+        rows.append(f"{name} ({lib['num_threads']} threads, {os.path.basename(lib['filepath'])})")
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        rows.append(f"torch {torch.__version__} CPU capability {_torch_capability(torch)}")
+    return "; ".join(rows) or "none loaded"
+
+
+def _torch_capability(torch) -> str:
+    try:
+        return str(torch.backends.cpu.get_cpu_capability())
+    except AttributeError:  # older torch
+        return "unknown"
+
+
+def torch_contenders(model, cores: int, use_compile: bool):
+    """{name: callable} for torch eager and torch.compile, parity-checked; skips say why."""
+    try:
+        import torch
+    except ImportError:
+        return {}, {"torch eager": "torch not installed (pip install -e '.[bench]')"}
+    torch.set_num_threads(cores)
+    weights = {k: torch.tensor(np.array(v)) for k, v in model.weights.items()}
+    inputs = [torch.tensor(np.array(a)) for a in model.inputs]
+    forward = torch_forward(model)
+    eager = _torch_callable(torch, lambda: forward(weights, *inputs))
+    found, skipped = {"torch eager": eager}, {}
+    if use_compile:
+        try:
+            compiled = torch.compile(lambda *xs: forward(weights, *xs), dynamic=False)
+            found["torch.compile"] = _torch_callable(torch, lambda: compiled(*inputs))
+        except Exception as err:  # inductor needs a C++ toolchain and more; report, go on
+            skipped["torch.compile"] = f"{type(err).__name__}: {str(err).splitlines()[0][:120]}"
+    else:
+        skipped["torch.compile"] = "--no-torch-compile"
+    ref = model.reference()
+    for name, fn in list(found.items()):
+        out = fn().numpy()
+        err = float(np.max(np.abs(out - ref)) / np.mean(np.abs(ref)))
+        if not err <= 1e-4:
+            skipped[name] = f"parity: max error {err:.2g} of the mean |reference|"
+            del found[name]
+    return found, skipped
+
+
+def _torch_callable(torch, fn):
+    def call():
+        with torch.inference_mode():
+            return fn()
+
+    call()  # warm-up (torch.compile compiles here)
+    return call
+
+
+def onnxruntime_skip() -> str:
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return "onnxruntime not installed"
+    return "onnxruntime installed, but its ONNX export is not wired into this bench yet"
+
+
+def bench_one(name, batch, args, target, cores, log):
+    """One zoo model at one batch: compile, parity, interleaved rounds; returns the table row,
+    the rule table of ours and the skipped contenders with their reasons."""
+    model = models.build(name, args.size, batch=batch)
+    tvm = {"TVM untuned": compile_untuned(model, target), "ours": tvm_ext.compile(model, target)}
+    log(
+        f"{model.key}: compiled (untuned {tvm['TVM untuned'].compile_seconds:.1f} s, ours "
+        f"{tvm['ours'].compile_seconds:.1f} s); rules: {tvm['ours'].applied.share_by_rule()}"
+    )
+    peers, skipped = torch_contenders(model, cores, args.torch_compile)
+    skipped["onnxruntime"] = onnxruntime_skip()
+    for contender, reason in skipped.items():
+        log(f"{model.key}: {contender} skipped: {reason}")
+    times = {k: [] for k in [*tvm, *peers]}
+    for _ in range(args.rounds):
+        for k, compiled in tvm.items():
+            time.sleep(args.pause)  # let the previous contender's spinning workers park
+            times[k].append(compiled.time(repeat=args.repeat, min_repeat_ms=args.min_ms).seconds)
+        for k, fn in peers.items():
+            time.sleep(args.pause)
+            with threadpool_limits(cores):
+                times[k].append(time_callable(fn, args.min_ms / 1e3, args.repeat))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    best_peer = min((med[k] for k in peers), default=None)
+    row = {"model": f"{name} ({args.size})", "batch": batch, "MFLOP": model.flops / 1e6}
+    row.update({f"{k} ms": med[k] * 1e3 if k in med else None for k in COLUMNS})
+    row["ours vs untuned"] = med["TVM untuned"] / med["ours"]
+    row["ours vs best torch"] = best_peer / med["ours"] if best_peer else None
+    row["ours GFLOP/s"] = model.flops / med["ours"] / 1e9
+    log("  ".join(f"{k} {v * 1e3:.3f} ms" for k, v in med.items()))
+    return row, tvm["ours"].applied.table().assign(model=model.key), skipped
+
+
+def parse_args(cores: int) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(models.ZOO), help="comma-separated names")
+    parser.add_argument("--batches", default=f"1,{cores}", help="batch sizes (default 1,cores)")
+    parser.add_argument("--size", default="full", choices=models.SIZES)
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
+    parser.add_argument("--repeat", type=int, default=7, help="timed repeats per round")
+    parser.add_argument("--min-ms", type=int, default=100, help="minimum ms per repeat")
+    parser.add_argument("--pause", type=float, default=0.5, help="seconds between contenders")
+    parser.add_argument("--quick", action="store_true", help="2 rounds of 3 short repeats")
+    parser.add_argument("--no-torch-compile", dest="torch_compile", action="store_false")
+    parser.add_argument("--tables", action="store_true", help="print each model's rule table")
+    parser.add_argument("--note", default="", help="a sentence for the README (e.g. load)")
+    parser.add_argument("--no-readme", action="store_true", help="do not update bench/README.md")
+    args = parser.parse_args()
+    if args.quick:
+        args.rounds, args.repeat, args.min_ms, args.pause = 2, 3, 20, 0.1
+    return args
+
+
+def readme_header(args, cores: int, mcpu: str, skips: dict[str, set[str]]) -> str:
+    flags = shlex.join(a for a in sys.argv[1:] if a not in ("--no-readme", "--note", args.note))
+    skipped = "; ".join(f"{k}: {', '.join(sorted(v))}" for k, v in skips.items())
+    return (
+        f"### Models: the zoo end to end ({cores} threads each, ms per call, median of "
+        f"{args.rounds} interleaved rounds; LLVM mcpu={mcpu})\n\n"
+        f"BLAS: {blas_report()}. Skipped: {skipped or 'none'}.\n{args.note}\n\n"
+        f"`env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python bench/models.py {flags}`"
+    )
+
+
+def main() -> None:
+    cores = physical_cores()
+    args = parse_args(cores)
+    target = tvm_ext.host_target()
+    log = functools.partial(print, flush=True)
+    log(f"CPU {cpu_name()}, LLVM mcpu={target_cpu(target)}, {cores} threads; BLAS: {blas_report()}")
+    rows, tables, skips = [], [], {}
+    for name in args.models.split(","):
+        for batch in (int(b) for b in args.batches.split(",")):
+            row, table, skipped = bench_one(name, batch, args, target, cores, log)
+            rows.append(row)
+            tables.append(table)
+            for k, reason in skipped.items():
+                skips.setdefault(k, set()).add(reason)
+    log(f"BLAS after the runs (torch's own included): {blas_report()}")
+    result = pd.DataFrame(rows).dropna(axis=1, how="all")  # a skipped contender's column
+    pd.set_option("display.width", 200)
+    print(result.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    if args.tables:
+        print(pd.concat(tables).to_string(index=False))
+    if not args.no_readme:
+        write_section("models", readme_header(args, cores, target_cpu(target), skips), result)
+
+
+if __name__ == "__main__":
+    main()

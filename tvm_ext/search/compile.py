@@ -1,0 +1,226 @@
+"""Compile a Relax model end to end: weights bound and folded, every kernel scheduled by the
+IR rules, parity checked, then a VM ready to run and time.
+
+``compile(model)`` is our path: bind the weights as constants, legalize, fold constants (so
+weight-only work such as the transposes ``Linear`` puts before each matmul happens once, at
+compile time), fuse, drop dead functions, schedule every PrimFunc with
+:func:`tvm_ext.schedules.apply`, build. ``compile_untuned(model)`` is TVM's stock path for
+comparison: ``relax.get_pipeline("zero")`` and a build, weights passed at every call, no
+schedule. Both return a :class:`Compiled` whose parity against the model's numpy reference was
+checked before it is returned: a :class:`~tvm_ext.base.errors.ParityError` is raised, never a
+time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time as _clock
+from typing import Sequence
+
+import numpy as np
+
+from tvm_ext.base import tvm_api
+from tvm_ext.facts.model_base import Model
+from tvm_ext.facts.target import as_target
+from tvm_ext.schedules import apply
+from tvm_ext.search.compiled import Compiled, InputSpec, Reference, Timing
+
+log = logging.getLogger(__name__)
+
+
+def compile(
+    model,
+    target=None,
+    params=None,
+    *,
+    reference: Reference | None = None,
+    inputs: Sequence[np.ndarray] | None = None,
+    rules=None,
+) -> Compiled:
+    """Compile ``model`` with the weights bound and folded and every kernel scheduled by the
+    IR rules; checks parity before returning.
+
+    Parameters
+    ----------
+    model
+        A zoo :class:`~tvm_ext.facts.model_base.Model` (its weights, inputs and reference are
+        used), or a Relax IRModule as ``relax.frontend.nn``'s ``export_tvm`` or
+        ``relax.frontend.torch.from_exported_program`` give it.
+    target
+        An llvm target (default the host, :func:`~tvm_ext.facts.target.host_target`).
+    params
+        For an IRModule: its weights, numpy arrays in parameter order (the last parameters of
+        the entry function) or by parameter name; default the ``params`` attribute that
+        ``from_exported_program(keep_params_as_input=True)`` leaves.
+    reference, inputs
+        For an IRModule: ``reference(inputs) -> expected output(s)`` and the inputs to check
+        parity on at compile time (without both, parity is checked when it is first timed).
+    rules
+        The rule list for :func:`tvm_ext.schedules.apply` (default its CPU rules).
+    """
+    start = _clock.perf_counter()
+    target, source = _cpu_target(target), _Source.of(model, params, reference, inputs)
+    bound = tvm_api.relax.transform.BindParams(source.entry, source.bind_map())(source.mod)
+    lowered = lower(bound, target, source.entry)
+    applied = apply(lowered, target) if rules is None else apply(lowered, target, rules=rules)
+    return _finish(source, "ours", target, applied.mod, (), applied, start)
+
+
+def compile_untuned(
+    model,
+    target=None,
+    params=None,
+    *,
+    reference: Reference | None = None,
+    inputs: Sequence[np.ndarray] | None = None,
+) -> Compiled:
+    """TVM's stock path: ``relax.get_pipeline("zero")`` and a build, no schedules, the weights
+    passed at every call (the "TVM untuned" column); same arguments and result as
+    :func:`compile`."""
+    start = _clock.perf_counter()
+    target, source = _cpu_target(target), _Source.of(model, params, reference, inputs)
+    with target:
+        mod = tvm_api.relax.get_pipeline("zero")(source.mod)
+    weights = tuple(tvm_api.tensor(np.ascontiguousarray(w), tvm_api.cpu(0)) for w in source.weights)
+    return _finish(source, "untuned", target, mod, weights, None, start)
+
+
+def lower(mod, target, entry: str):
+    """Legalize, fold constants and fuse a Relax module whose weights are bound (the zero
+    pipeline's passes, plus inference-time decomposition before and dead-code removal after,
+    so the PrimFuncs only weights fed are folded away and not scheduled for nothing)."""
+    transform = tvm_api.relax.transform
+    passes = tvm_api.transform.Sequential(
+        [
+            transform.DecomposeOpsForInference(),
+            transform.CanonicalizeBindings(),
+            transform.LegalizeOps(),
+            transform.AnnotateTIROpPattern(),
+            transform.FoldConstant(),
+            transform.FuseOps(),
+            transform.FuseTIR(),
+            transform.DeadCodeElimination([entry]),
+        ]
+    )
+    with target:
+        return passes(mod)
+
+
+def _finish(source, path, target, mod, weights, applied, start) -> Compiled:
+    kernels = tuple(tvm_api.called_prim_funcs(mod[source.entry]))
+    executable = tvm_api.relax.build(mod, target=target)
+    vm = tvm_api.relax.VirtualMachine(executable, tvm_api.cpu(0))
+    checkable = source.inputs is not None and source.reference is not None
+    compiled = Compiled(
+        source.name,
+        path,
+        target,
+        executable,
+        vm,
+        source.entry,
+        source.input_specs,
+        weights,
+        kernels,
+        applied,
+        source.reference,
+        source.inputs,
+        checkable,
+        source.flops,
+        0.0,
+    )
+    if checkable:
+        errors = compiled.check()
+        log.info("%s (%s): parity max abs %.3g, rel %.3g", source.name, path, *errors)
+    return dataclasses.replace(compiled, compile_seconds=_clock.perf_counter() - start)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Source:
+    """What compile starts from, whatever it was given: the module, its entry function, the
+    weights to bind (by parameter), the inputs' specs, and the reference if any."""
+
+    name: str
+    mod: object
+    entry: str
+    weight_vars: tuple
+    weights: tuple[np.ndarray, ...]
+    input_specs: tuple[InputSpec, ...]
+    reference: Reference | None
+    inputs: tuple[np.ndarray, ...] | None
+    flops: int | None
+
+    @staticmethod
+    def of(model, params, reference, inputs) -> "_Source":
+        if isinstance(model, Model):
+            if params is not None or reference is not None or inputs is not None:
+                raise ValueError(
+                    "a zoo Model carries its params, reference and inputs; pass none of them"
+                )
+            return _Source.from_module(
+                model.mod, list(model.params), model.reference, model.inputs, model.key, model.flops
+            )
+        if not isinstance(model, tvm_api.IRModule):
+            raise TypeError(f"expected a zoo Model or a Relax IRModule, got {type(model).__name__}")
+        return _Source.from_module(model, params, reference, inputs, None, None)
+
+    @staticmethod
+    def from_module(mod, params, reference, inputs, name, flops) -> "_Source":
+        entry = _entry(mod)
+        if params is None:  # from_exported_program(keep_params_as_input=True) keeps them here
+            mod, detached = tvm_api.relax.frontend.detach_params(mod)
+            params = [w.numpy() for w in detached.get(entry, [])]
+        variables = list(mod[entry].params)
+        described = tvm_api.relax_params(mod[entry])
+        names = [name for name, _, _ in described]
+        if isinstance(params, dict):
+            unknown = sorted(set(params) - set(names))
+            if unknown:
+                raise ValueError(f"{entry} has no parameters {unknown}; it has {names}")
+            taken = [names.index(k) for k in params]
+        elif len(params) > len(variables):
+            raise ValueError(f"{len(params)} params for the {len(variables)} parameters of {entry}")
+        else:  # the weights are the last parameters: inputs come first
+            taken = list(range(len(variables) - len(params), len(variables)))
+        weights = tuple(
+            np.asarray(w) for w in (params.values() if isinstance(params, dict) else params)
+        )
+        return _Source(
+            name or entry,
+            mod,
+            entry,
+            tuple(variables[i] for i in taken),
+            weights,
+            tuple((dims, dtype) for i, (_, dims, dtype) in enumerate(described) if i not in taken),
+            reference,
+            None if inputs is None else tuple(inputs),
+            flops,
+        )
+
+    def bind_map(self) -> dict:
+        dev = tvm_api.cpu(0)
+        return {
+            v: tvm_api.tensor(np.ascontiguousarray(w), dev)
+            for v, w in zip(self.weight_vars, self.weights)
+        }
+
+
+def _entry(mod) -> str:
+    """The Relax function to compile: ``forward`` (nn), ``main`` (frontends) or the only one."""
+    names = [gv.name_hint for gv, f in mod.functions.items() if not isinstance(f, tvm_api.PrimFunc)]
+    for name in ("forward", "main"):
+        if name in names:
+            return name
+    if len(names) != 1:
+        raise ValueError(f"cannot tell the entry function among {names}; name it 'forward'")
+    return names[0]
+
+
+def _cpu_target(target):
+    target = as_target(target)
+    if target.kind.name != "llvm":
+        raise ValueError(f"compile builds for CPU (llvm) targets; got {target.kind.name}")
+    return target
+
+
+__all__ = ["Compiled", "Timing", "compile", "compile_untuned", "lower"]
