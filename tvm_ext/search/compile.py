@@ -64,7 +64,8 @@ def compile(
     bound = tvm_api.relax.transform.BindParams(source.entry, source.bind_map())(source.mod)
     lowered = lower(bound, target, source.entry)
     applied = apply(lowered, target) if rules is None else apply(lowered, target, rules=rules)
-    return _finish(source, "ours", target, applied.mod, (), applied, start)
+    return _finish(source, "ours", target, fold_prepacks(applied.mod, source.entry), (), applied,
+                   start)  # fmt: skip
 
 
 def compile_untuned(
@@ -88,23 +89,44 @@ def compile_untuned(
 
 def lower(mod, target, entry: str):
     """Legalize, fold constants and fuse a Relax module whose weights are bound (the zero
-    pipeline's passes, plus inference-time decomposition before and dead-code removal after,
-    so the PrimFuncs only weights fed are folded away and not scheduled for nothing)."""
+        pipeline's passes, plus inference-time decomposition before and dead-code removal after,
+        so the PrimFuncs only weights fed are folded away and not scheduled for nothing), with fast
+    math and the weights marked for the rules' repacking."""
     transform = tvm_api.relax.transform
     passes = tvm_api.transform.Sequential(
         [
             transform.DecomposeOpsForInference(),
             transform.CanonicalizeBindings(),
+            # exp, erf, tanh as polynomials TIR can vectorize (libm's are scalar calls): softmax,
+            # GELU and SiLU run at vector speed.
+            transform.FastMathTransform(),
             transform.LegalizeOps(),
             transform.AnnotateTIROpPattern(),
             transform.FoldConstant(),
             transform.FuseOps(),
             transform.FuseTIR(),
             transform.DeadCodeElimination([entry]),
+            # Mark which PrimFunc parameters are weights (bound constants): the rules may then
+            # repack them once, at compile time (see fold_prepacks).
+            transform.AttachAttrLayoutFreeBuffers(),
         ]
     )
     with target:
         return passes(mod)
+
+
+def fold_prepacks(mod, entry: str):
+    """Run the rules' weight repacking once, now: each layout-rewrite pre-process block a rule
+    added becomes its own PrimFunc on the weight (SplitLayoutRewritePreproc), which constant
+    folding evaluates on the bound weights; the model then calls only the packed kernels."""
+    transform = tvm_api.relax.transform
+    return tvm_api.transform.Sequential(
+        [
+            transform.SplitLayoutRewritePreproc(),
+            transform.FoldConstant(),
+            transform.DeadCodeElimination([entry]),
+        ]
+    )(mod)
 
 
 def _finish(source, path, target, mod, weights, applied, start) -> Compiled:
