@@ -15,7 +15,14 @@ from tvm_ext.base import tvm_api
 from tvm_ext.base.errors import ScheduleNotApplicable
 from tvm_ext.facts.target import as_target
 
-from . import rule_contraction, rule_fallback, rule_injective, rule_rows, rule_suite
+from . import (
+    rule_contraction,
+    rule_fallback,
+    rule_injective,
+    rule_rows,
+    rule_staged,
+    rule_suite,
+)
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +31,7 @@ CPU_RULES: tuple[ModuleType, ...] = (
     rule_suite,
     rule_rows,
     rule_contraction,
+    rule_staged,
     rule_injective,
     rule_fallback,
 )

@@ -30,6 +30,8 @@ def schedule_func(func, target):
     if not reductions or any(not _row_reduction(b.dom_kind()) for b in reductions):
         return None
     rows = min(len(b.dom_kind()) - 1 for b in reductions)  # leading spatial axes shared
+    if any(len(b.dom_kind()) - 1 != rows for b in reductions):
+        return None  # a reduction with its own spatial axes (a matmul inside): not rows
     out_kind = blocks[-1].dom_kind()
     if len(out_kind) <= rows or out_kind[:rows] != "S" * rows:
         return None
@@ -38,7 +40,7 @@ def schedule_func(func, target):
     ordered, partials = [], []
     for block in stages:
         if not block.is_injective():
-            partial = _rfactor(sch, block, lanes)
+            partial = rfactor_lanes(sch, block, lanes)
             ordered += [partial] if partial is not None else []
             partials += [partial] if partial is not None else []
         ordered.append(block.block_rv)
@@ -78,7 +80,7 @@ def _inline_single_use(sch, blocks):
     return kept
 
 
-def _rfactor(sch, block, lanes: int):
+def rfactor_lanes(sch, block, lanes: int):
     """Split the reduction loop by the widest power of two up to ``lanes`` dividing it and
     rfactor the inner part: the block then folds ``lanes`` vector partials."""
     k = sch.get_loops(block.block_rv)[-1]

@@ -165,3 +165,19 @@ def test_weights_are_packed_once_at_compile_time(host):
     with tvm_api.threads(int(host.attrs["num-cores"])):
         got = vm["forward"](tvm.runtime.tensor(x)).numpy()
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_attention_as_one_function_is_staged(host):
+    from tvm_ext import models
+    from tvm_ext.search.compile import lower
+
+    model = models.build("decoder", "small", batch=1)
+    weights = list(model.mod["forward"].params)[len(model.inputs) :]
+    bound = relax.transform.BindParams(
+        "forward", {v: tvm.runtime.tensor(np.asarray(w)) for v, w in zip(weights, model.params)}
+    )(model.mod)
+    lowered = lower(bound, host, "forward")
+    (name,) = [gv.name_hint for gv in lowered.functions if "attention" in gv.name_hint]
+    sch = check_rule(lowered[name], host, "staged", rtol=1e-4)
+    # Q K^T and P V are register-tiled stages, not recomputed inside a row loop.
+    assert _script(sch).count("_global") >= 2 and "T_batch_matmul_NT_update" in _script(sch)
