@@ -7,7 +7,7 @@ validated path every caller goes through.
 from .features import BlockFacts, CandidateFeatures, features
 from .learned import XGBoostPolicy
 from .policy import Cost, ExecutionCostPolicy, evaluate, hard_constraints
-from .roofline import RooflinePolicy
+from .roofline import RooflinePolicy, floor_s
 from .service import ServicePolicy, ServiceProfile, calibrate
 from .training_data import dataset
 
@@ -24,5 +24,6 @@ __all__ = [
     "dataset",
     "evaluate",
     "features",
+    "floor_s",
     "hard_constraints",
 ]

@@ -28,9 +28,10 @@ import math
 from types import MappingProxyType
 from typing import Mapping, Sequence
 
-from tvm_ext.facts.machine import MachineModel
+from tvm_ext.facts.machine import MachineModel, host_machine
+from tvm_ext.facts.target import as_target, host_target
 
-from .features import CandidateFeatures
+from .features import CandidateFeatures, features
 from .policy import Cost, ExecutionCostPolicy
 
 REORDER_WINDOW = 512
@@ -150,6 +151,27 @@ class RooflinePolicy(ExecutionCostPolicy):
             worst = t if worst is None else max(worst, t)
         return worst if worst is not None and k["chain_step"] > 0 else None
 
+    def floor_s(self, c: CandidateFeatures, k: Mapping[str, float]) -> float | None:
+        """A time no schedule of the candidate's function can beat, whatever it decides: its
+        FLOPs on every core at full vector width (at the dtype's dot-product rate) and its
+        compulsory bytes (every parameter once) at the bandwidth of the level they cannot
+        fit above. None when neither is known (no FLOP count, no machine model)."""
+        arms = []
+        if k["lane_flop"] > 0 and c.flops is not None:
+            speedup = {
+                "int8": k["int8_speedup"],
+                "uint8": k["int8_speedup"],
+                "bfloat16": k["bf16_speedup"],
+            }.get(c.dtype, 1.0)
+            arms.append(c.flops * k["lane_flop"] / (c.cores * k["max_lanes"] * speedup))
+        low = c.bytes["dram"][0] if c.bytes.get("dram") else None
+        if low is not None and k["llc_byte"] > 0:
+            if low > k["on_chip_bytes"]:
+                arms.append(low * k["dram_byte"])
+            elif low > k["l2_bytes"]:
+                arms.append(low * k["llc_byte"])
+        return max(arms) if arms else None
+
     def cost(self, candidate: CandidateFeatures, coefficients: Mapping[str, float]) -> Cost:
         arms = self.arms(candidate, coefficients)
         bound = max(arms.values()) if arms else None
@@ -161,3 +183,16 @@ class RooflinePolicy(ExecutionCostPolicy):
             expected["flops"] = float(candidate.flops) * 1e-12  # GPU: FLOPs order the pool
         score = max(expected.values()) if expected else 0.0
         return Cost(score, bound, binding, MappingProxyType(arms))
+
+
+def floor_s(func, target=None, *, machine: MachineModel | None = None, policy=None):
+    """The proven floor of a function on ``target``: no schedule of it runs faster (see
+    :meth:`RooflinePolicy.floor_s`); None without a FLOP count or a machine model."""
+    from .policy import validated_coefficients
+
+    target = as_target(target)
+    if machine is None and target.kind.name == "llvm":
+        machine = host_machine(host_target(num_cores=int(target.attrs["num-cores"])))
+    policy = policy if policy is not None else RooflinePolicy()
+    coefficients = validated_coefficients(policy, machine)
+    return policy.floor_s(features(func, target), coefficients)
