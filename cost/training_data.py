@@ -14,8 +14,9 @@ record's trace on its workload, then derives three groups of columns:
 A failed build or run is never given a time: those rows have ``status="failed"`` and
 ``seconds=NaN`` and are left out unless ``include_failed=True``. A record whose trace no
 longer applies to its workload is ``status="unreplayable"`` (same treatment). The derived
-columns are cached beside each log (``features-<hash>.csv.gz``, keyed by the records file and
-the feature version), so a shipped dataset loads without replaying.
+columns are cached in the user cache directory (``features-<hash>.csv.gz``, keyed by the
+records file and the feature version); a cache shipped beside a log (the frozen dataset's) is
+read from there, and nothing is ever written into a log folder.
 """
 
 from __future__ import annotations
@@ -116,10 +117,19 @@ def store_columns(summary) -> dict:
     return {f"ms_{name}": value for name, value in zip(STORE_SUMMARY, summary)}
 
 
-def _cache_path(folder: pathlib.Path) -> pathlib.Path:
+def _cache_name(folder: pathlib.Path) -> str:
     digest = hashlib.sha256((folder / RECORDS_FILE).read_bytes())
     digest.update(f"v{FEATURE_VERSION}".encode())
-    return folder / f"features-{digest.hexdigest()[:12]}.csv.gz"
+    return f"features-{digest.hexdigest()[:12]}.csv.gz"
+
+
+def cache_dir() -> pathlib.Path:
+    """Where derived dataset columns are cached, never in a log: ``$TVM_EXT_CACHE_DIR`` when
+    set (as for the machine model), else the user cache directory."""
+    import platformdirs
+
+    root = os.environ.get("TVM_EXT_CACHE_DIR") or platformdirs.user_cache_dir("tvm-ext")
+    return pathlib.Path(root) / "features"
 
 
 class ReplayedLog:
@@ -209,17 +219,18 @@ def _folder_rows(folder: pathlib.Path, machine) -> list[dict]:
 def _load_folder(folder: pathlib.Path, machine, cache: bool):
     import pandas as pd
 
-    path = _cache_path(folder)
-    if cache and path.exists():
-        return pd.read_csv(path, keep_default_na=False, na_values=["", "NaN", "nan"])
+    name = _cache_name(folder)
+    if cache:
+        for path in (folder / name, cache_dir() / name):  # shipped beside the log, or ours
+            if path.exists():
+                return pd.read_csv(path, keep_default_na=False, na_values=["", "NaN", "nan"])
     frame = pd.DataFrame(_folder_rows(folder, machine))
     if cache:
-        for stale in folder.glob("features-*.csv.gz"):
-            stale.unlink()
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".features.", suffix=".csv.gz")
+        cache_dir().mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=cache_dir(), prefix=".features.", suffix=".csv.gz")
         os.close(fd)
         frame.to_csv(tmp, index=False, compression="gzip")
-        os.replace(tmp, path)
+        os.replace(tmp, cache_dir() / name)
     return frame
 
 

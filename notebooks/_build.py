@@ -2,6 +2,7 @@
 
     .venv/bin/python notebooks/_build.py            # write the .ipynb files (no outputs)
     .venv/bin/python notebooks/_build.py --execute  # and run them in full mode, keeping outputs
+    .venv/bin/python notebooks/_build.py 03         # only the notebooks whose names start so
 """
 
 from __future__ import annotations
@@ -148,24 +149,32 @@ pd.DataFrame([{"": "recorded", "GFLOP/s": r.recorded["best_gflops"], "when": r.r
               {"": "replayed", "GFLOP/s": r.measurement.gflops, "when": "now", "cpu": cpu_model()}])'''),
     new_markdown_cell("## A tampered copy is refused, saying why"),
     new_code_cell('''import json, shutil, tempfile
-from tvm_ext.base.errors import LogError
+from tvm_ext.base.errors import CorruptLog, WorkloadMismatch
+
+
+def refused(log, expected, says):
+    """Replay ``log``: it must be refused with ``expected``, saying ``says`` (else this cell
+    fails, and so does the notebook test)."""
+    try:
+        replay(log, allow_other_target=True)
+    except expected as err:
+        assert says in str(err), err
+        print(type(err).__name__, "->", err)
+    else:
+        raise AssertionError(f"replay accepted {log}; expected {expected.__name__}")
+
+
 tmp = pathlib.Path(tempfile.mkdtemp()) / folder.name
 shutil.copytree(folder, tmp)
 manifest = json.loads((tmp / "manifest.json").read_text())
 manifest["structural_hash"] = "0" * 16  # as if the kernel had changed since it was tuned
 (tmp / "manifest.json").write_text(json.dumps(manifest))
-try:
-    replay(tmp, allow_other_target=True)
-except LogError as err:
-    print(type(err).__name__, "->", err)
+refused(tmp, WorkloadMismatch, "different workload")
 lines = (tmp / "database_tuning_record.json").read_text().splitlines()
 (tmp / "database_tuning_record.json").write_text("\\n".join(lines + [lines[0][:40]]))
 manifest["structural_hash"] = json.loads((folder / "manifest.json").read_text())["structural_hash"]
 (tmp / "manifest.json").write_text(json.dumps(manifest))
-try:
-    replay(tmp, allow_other_target=True)
-except LogError as err:
-    print(type(err).__name__, "->", err)'''),
+refused(tmp, CorruptLog, f"line {len(lines) + 1}")  # the torn line, by number'''),
 ]
 
 POLICIES = [
@@ -271,6 +280,9 @@ NOTEBOOKS = {"01_schedule_three_ways.ipynb": MINILAB, "02_cost_policies.ipynb": 
 
 
 def main() -> None:
+    if {"-h", "--help"} & set(sys.argv[1:]):
+        print(__doc__.strip())
+        return
     execute = "--execute" in sys.argv
     only = [a for a in sys.argv[1:] if not a.startswith("--")]  # e.g. "02": rebuild that one
     for name, cells in NOTEBOOKS.items():

@@ -1,7 +1,46 @@
+import os
+import shutil
+import tempfile
+
 import pytest
 
 import tvm_ext
 from tvm_ext.facts.machine import host_machine
+
+_SESSION_CACHE: str | None = None
+
+
+def pytest_configure(config):
+    """Tests never write the user's cache directory: the machine model is probed once per test
+    session into a temporary folder (``TVM_EXT_CACHE_DIR``, which worker processes, notebook
+    kernels and child tunes inherit), removed at the end. A probe taken under load thus lasts
+    one session, never every later run. Set ``TVM_EXT_CACHE_DIR`` yourself to keep a probe
+    across sessions."""
+    global _SESSION_CACHE
+    if not os.environ.get("TVM_EXT_CACHE_DIR"):
+        _SESSION_CACHE = tempfile.mkdtemp(prefix="tvm-ext-test-cache-")
+        os.environ["TVM_EXT_CACHE_DIR"] = _SESSION_CACHE
+    # Any other tvm-ext cache file this process asks platformdirs for goes there too.
+    import platformdirs
+
+    real = platformdirs.user_cache_dir
+
+    def user_cache_dir(appname=None, *args, **kwargs):
+        if appname == "tvm-ext":
+            return os.environ["TVM_EXT_CACHE_DIR"]
+        return real(appname, *args, **kwargs)
+
+    config.add_cleanup(lambda: setattr(platformdirs, "user_cache_dir", real))
+    platformdirs.user_cache_dir = user_cache_dir
+
+
+def pytest_unconfigure(config):
+    global _SESSION_CACHE
+    if _SESSION_CACHE is not None:
+        shutil.rmtree(_SESSION_CACHE, ignore_errors=True)
+        if os.environ.get("TVM_EXT_CACHE_DIR") == _SESSION_CACHE:
+            del os.environ["TVM_EXT_CACHE_DIR"]
+        _SESSION_CACHE = None
 
 
 @pytest.fixture(scope="session")
@@ -11,7 +50,60 @@ def host():
 
 @pytest.fixture(scope="session")
 def machine(host):
-    """The host's machine model (probed once per machine, then read from the cache)."""
+    """The host's machine model: probed once per session into the session cache."""
+    return host_machine(host)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    global _NEEDS_MODEL
+    _NEEDS_MODEL = any({"host", "machine"} & set(getattr(i, "fixturenames", ())) for i in items)
+
+
+_NEEDS_MODEL = False
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_machine_model():
+    """Before the first test (when any test uses the host): the session's machine model, its
+    fp32 peak and FMA latency the best of eight more probes, so one probe that read low
+    under load does not decide the session. It then stays fixed for the session."""
+    if _NEEDS_MODEL and _SESSION_CACHE is not None:
+        best_machine(tvm_ext.host_target())
+
+
+def best_machine(host, probes: int = 8):
+    """The session's machine model after ``probes`` more fp32-peak and FMA-latency probes: a
+    figure the host beat is raised to it in the session cache (which ``tune`` reads).
+
+    Why: the model is a roof, and on a shared 2-core host a probe taken while a neighbour holds
+    a core reads low (19.9 GFLOP/s against 200 in one session here); bounds computed from it
+    are then too high, and tests that check runs against bounds fail for the probe's sake."""
+    import dataclasses
+    import json
+
+    from tvm_ext.base import tvm_api
+    from tvm_ext.facts import machine as M
+
+    model = host_machine(host)
+    with tvm_api.threads(model.cores):
+        fp32 = max(M.probe_fp32_peak(host, model.cores) for _ in range(probes))
+        latency = min(M.probe_fma_latency(host) for _ in range(max(probes // 2, 1)))
+    scale = fp32 / model.peaks["float32"].value
+    if scale <= 1 and latency >= model.fma_latency.value:
+        return model
+    note = "; raised to the best probe of the test session"
+    if scale > 1:
+        peaks = {k: dataclasses.replace(f, value=f.value * scale, note=f.note + note)
+                 for k, f in model.peaks.items()}  # fmt: skip
+        model = dataclasses.replace(model, peaks=peaks)
+    if latency < model.fma_latency.value:
+        model = dataclasses.replace(
+            model, fma_latency=dataclasses.replace(model.fma_latency, value=latency)
+        )
+    path = M.cache_path(host)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(model.to_json(), indent=2))
+    tmp.replace(path)
     return host_machine(host)
 
 
@@ -19,3 +111,19 @@ def cpu_has(feature: str, target) -> bool:
     from tvm_ext.base import tvm_api
 
     return bool(tvm_api.global_func("target.llvm_cpu_has_feature")(feature, target))
+
+
+def raised_in_package(err: BaseException) -> bool:
+    """Whether ``err`` was raised by tvm-ext's own code (its innermost frame is in the
+    package), not by TVM, the FFI or Python's call machinery."""
+    import traceback
+
+    frames = traceback.extract_tb(err.__traceback__)
+    if not frames:
+        return False
+    import tvm_ext.cost
+    import tvm_ext.schedules
+
+    homes = [os.path.dirname(os.path.abspath(m.__file__)) + os.sep
+             for m in (tvm_ext, tvm_ext.cost, tvm_ext.schedules)]  # fmt: skip
+    return any(os.path.abspath(frames[-1].filename).startswith(h) for h in homes)

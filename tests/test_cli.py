@@ -1,4 +1,12 @@
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
 from tvm_ext.faces.cli import main
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def test_info_prints_target_and_sourced_machine_model(capsys, machine):
@@ -23,10 +31,50 @@ def test_tune_command(capsys, tmp_path, machine):
     assert "parity ok" in out and "GFLOP/s" in out and "dropped by the bound" in out
 
 
-def test_tune_command_rejects_bad_shapes():
-    import pytest
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["tune", "matmul", "32", "32"], "matmul takes 3 sizes (M, N, K), got 2"),
+        (["tune", "gemm", "32"], "unknown kernel 'gemm'; choose one of"),
+        (["tune", "matmul", "0", "4", "4"], "M=0 must be a positive int"),
+        (["tune", "matmul", "4", "4", "4", "--trials", "0"], "trials=0 must be a positive int"),
+        (["tune", "matmul", "4", "4", "4", "--dtype", "fp32"], "dtype='fp32' is not supported"),
+        (
+            ["tune", "matmul", "4", "4", "4", "--policy", "xgboost:/nonexistent/model.json"],
+            "/nonexistent/model.json: cannot read a XGBoostPolicy",
+        ),
+        (["tune", "matmul", "4", "4", "4", "--policy", "best"], "--policy 'best': expected"),
+        (["replay", "/nonexistent"], "/nonexistent: no such folder"),
+        (["replay", str(ROOT / "tuning_logs")], "holds 10 logs, not one: pass one log folder"),
+        (["report", "/nonexistent"], "/nonexistent: no such folder of tuning logs"),
+    ],
+)
+def test_user_mistakes_are_one_line_and_exit_code_2(argv, message, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"tvm-ext {argv[0]}: error: ") and message in err
+    assert "\n" not in err and "Traceback" not in err
 
-    with pytest.raises(SystemExit, match="matmul takes 3 sizes"):
-        main(["tune", "matmul", "32", "32"])
-    with pytest.raises(SystemExit, match="unknown kernel 'gemm'"):
-        main(["tune", "gemm", "32"])
+
+def test_the_installed_command_prints_no_traceback():
+    done = subprocess.run(
+        [str(pathlib.Path(sys.executable).parent / "tvm-ext"), "replay", "/nonexistent"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "tvm-ext replay: error: /nonexistent: no such folder; pass a log folder "
+        "<root>/<target>/<workload>"
+    ]
+
+
+def test_report_says_whether_each_log_replays_here(capsys, machine, host):
+    from conftest import cpu_has
+
+    assert main(["report", str(ROOT / "tuning_logs")]) == 0
+    out = capsys.readouterr().out
+    assert "replays here" in out and "n/a" in out  # shipped logs predate the recorded peak
+    if not cpu_has("avx512f", host):
+        assert out.count("no: needs avx512f") == 10

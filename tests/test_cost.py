@@ -47,13 +47,17 @@ def test_features_see_schedule_decisions(host):
 def test_unavailable_facts_are_absent_not_zero(host):
     from tvm_ext.schedules import matmul_vnni
 
+    from tvm_ext import host_target
+
     w = K.matmul(64, 64, 64, "uint8")
-    if not matmul_vnni.applies(w, host):
-        pytest.skip("this CPU has no AVX512-VNNI: no tensorized schedule to inspect")
-    f = features(S.schedule(w, host), host)
+    # Features are static: a VNNI CPU's schedule is inspected on any host (this one when it
+    # has VNNI, else a Cascade Lake described by its target).
+    vnni = host if matmul_vnni.applies(w, host) else host_target(mcpu="cascadelake", num_cores=2)
+    assert matmul_vnni.applies(w, vnni)
+    f = features(S.schedule(w, vnni), vnni)
     tensorized = [b for b in f.blocks if b.tensorized]
-    if not tensorized:
-        pytest.skip("the uint8 schedule is not tensorized on this CPU")
+    # The uint8 schedule of a VNNI CPU is tensorized: a dropped tensorization is a failure.
+    assert tensorized, "the uint8 schedule of a VNNI CPU is not tensorized"
     assert all(b.flops is None for b in tensorized)
     assert f.bytes["dram"][1] is None and "bytes" in f.missing
     assert f.flops == w.flops  # the workload attribute still gives exact FLOPs
@@ -70,18 +74,28 @@ def test_cuda_features(host):
     assert hard_constraints(f, t) == ()
 
 
-def test_roofline_bound_holds_and_names_its_arm(host, machine):
+def test_roofline_bound_holds_and_is_not_vacuous(host, machine):
+    """Between two independent figures: no run beats the bound, and the bound is at least the
+    arithmetic at the machine's peak for the dtype (scaled by the policy's slack), so a bound
+    that collapsed towards zero would fail too.
+
+    Timing margin: none beyond the policy's own. What is checked is the bound given the
+    machine's figures: the bound divides them by ``slack`` (1.25, the policy's allowance for
+    probe noise); measurement noise only lengthens a run; and the figures are the best of
+    eleven probes taken at the start of this session (tests/conftest.py), so a probe that read
+    low under load neither outlives the session nor alone decides it. Measured here (2-core
+    Zen 3, quiet), the tightest case runs 3.6x its bound."""
     policy = RooflinePolicy()
     cases = [K.matmul(128, 128, 128), K.softmax(64, 256), K.conv2d(1, 8, 14, 14, 8, 3, 3, 1, 1)]
     cases.append(K.matmul(128, 128, 128, "uint8"))  # tensorized onto VNNI where the CPU has it
     cases.append(K.matmul(96, 80, 64, "bfloat16"))  # onto AVX512-BF16 where the CPU has it
     for w in cases:
+        floor = w.flops / (machine.peak(w.dtype) * policy.slack)
         for obj in (w.func, S.schedule(w, host)):
             cost = evaluate(policy, obj, host, machine=machine)
             m = measure(obj, w, host, repeat=3)
-            assert cost.lower_bound_s is not None and cost.binding in cost.arms
-            assert cost.lower_bound_s == max(cost.arms.values())
-            assert m.seconds >= cost.lower_bound_s, (w.key, cost)
+            assert cost.lower_bound_s >= floor * (1 - 1e-9), (w.key, cost, floor)
+            assert m.seconds >= cost.lower_bound_s, (w.key, cost, m.seconds)
 
 
 def test_roofline_arms_by_hand(host, machine):
@@ -182,7 +196,15 @@ def test_hard_constraints_are_not_waived_by_scores():
     assert not Cost(0.0, None, "x", violations=broken).feasible
 
 
-def test_slack_must_keep_a_bound():
-    with pytest.raises(ValueError, match="slack=0.5"):
-        RooflinePolicy(slack=0.5)
-    assert math.isfinite(RooflinePolicy(1.0).slack)
+def test_slack_must_keep_a_bound(host, machine):
+    for bad in (0.5, math.inf, math.nan, "2"):
+        with pytest.raises(ValueError, match=f"slack={bad!r}"):
+            RooflinePolicy(slack=bad)
+    # Slack divides every arm: twice the slack, half of each arm and of the bound.
+    w = K.matmul(64, 64, 64)
+    one = evaluate(RooflinePolicy(1.0), w.func, host, machine=machine)
+    two = evaluate(RooflinePolicy(2.0), w.func, host, machine=machine)
+    assert set(one.arms) == set(two.arms) and one.arms
+    for arm, value in one.arms.items():
+        assert two.arms[arm] == pytest.approx(value / 2, rel=1e-12), arm
+    assert two.lower_bound_s == pytest.approx(one.lower_bound_s / 2, rel=1e-12)

@@ -1,3 +1,5 @@
+import re
+
 import numpy as np
 import pytest
 
@@ -59,9 +61,16 @@ def test_inputs_are_seeded_and_reproducible():
 
 
 def test_axpy_is_written_in_tvmscript_and_others_in_te():
-    # TE-made functions name their blocks after the compute; the TVMScript one names "z".
+    # TE-made functions name their blocks after the compute (matmul's is "C"); the TVMScript
+    # axpy has one block, named after its output "z", and keeps that name when scheduled.
+    def blocks(func):
+        return [b for b in re.findall(r'T\.sblock\("(\w+)"\)', func.script()) if b != "root"]
+
+    assert blocks(K.axpy(8).func) == ["z"]
+    assert blocks(K.matmul(4, 4, 4).func) == ["C"]
     sch = tvm_api.Schedule(K.axpy(8).func)
-    assert sch.get_sblock("z") is not None
+    sch.split(sch.get_loops(sch.get_sblock("z"))[0], [None, 4])
+    assert blocks(tvm_api.main_func(sch.mod)) == ["z"]
 
 
 def test_workload_survives_scheduling_via_its_attribute():

@@ -8,12 +8,14 @@ import sys
 import pytest
 import tvm_ffi
 
+import tvm_ext
 from tvm_ext import kernels as K
 from tvm_ext.base import tvm_api
 from tvm_ext.base.errors import (
     CorruptLog,
     LogVersionWarning,
     NoLogFound,
+    OtherCPUWarning,
     TargetMismatch,
     WorkloadMismatch,
 )
@@ -21,11 +23,15 @@ from tvm_ext.records.logs import (
     FAILED_SECONDS,
     find_logs,
     log_folder,
+    make_manifest,
+    merge_into_log,
     read_manifest,
     report,
+    target_key,
     uses_tensorize,
 )
-from tvm_ext.search.replayer import replay
+from tvm_ext.search.portability import schedule_features
+from tvm_ext.search.replayer import replay, replays_here
 from tvm_ext.search.tuner import tune
 
 W = K.matmul(32, 32, 32)
@@ -128,15 +134,95 @@ def test_workload_changed_shows_the_difference(log_copy, host):
         replay(other, host, root)
 
 
-def test_other_target_refused_unless_allowed(log_copy, host):
+def test_other_cpu_with_every_feature_replays_with_both_figures(log_copy, host):
+    # Replay decides by what the schedule needs, not by the CPU's name: a log of another CPU
+    # whose features this one has replays, with its recorded and replayed figures shown.
     root, folder = log_copy
     m = read_manifest(folder)
+    if not str(m["target"].get("mtriple", "")).startswith("x86_64"):
+        pytest.skip("an x86 test")
     m["cpu_model"] = "Some Other CPU"
+    m["target"] = dict(m["target"], mcpu="haswell")  # crafted: tuned on an AVX2 CPU
+    m["target_key"] = "llvm-haswell-2c"
     (folder / "manifest.json").write_text(json.dumps(m))
-    with pytest.raises(TargetMismatch, match="CPU 'Some Other CPU'.*allow_other_target=True"):
-        replay(W, host, root)
+    with pytest.warns(OtherCPUWarning) as caught:
+        r = replay(str(folder))
+    assert r.measurement.max_rel_error < 1e-4 and r.same_machine is False
+    text = str(caught[0].message)
+    assert "timed on llvm-haswell-2c (Some Other CPU)" in text and "do not transfer" in text
+    assert f"recorded {m['best_seconds'] * 1e3:.4g} ms" in text
+    assert f"replayed here on {target_key(host)}" in text and "GFLOP/s" in text
+
+
+def test_a_schedule_needing_a_missing_feature_is_refused_naming_it(log_copy, host):
+    # x86-64 (SSE2) runs on every x86-64 host and has none of the vector ISAs the schedule
+    # (tuned here, with the host's AVX2 or AVX-512 vectors) uses.
+    root, folder = log_copy
+    if tvm_api.Target(read_manifest(folder)["target"]).attrs.get("mtriple", "")[:6] != "x86_64":
+        pytest.skip("an x86 test")
+    sse2 = "llvm -mcpu=x86-64"
+    with pytest.raises(TargetMismatch, match=r"uses avx\S* for \d+-bit vectors .*missing: avx"):
+        replay(str(folder), sse2)
     with pytest.warns(UserWarning, match="replaying anyway"):
-        assert replay(W, host, root, allow_other_target=True).measurement.max_rel_error < 1e-4
+        assert replay(str(folder), sse2, allow_other_target=True).measurement.max_rel_error < 1e-4
+
+
+def _frozen(root, w, sch, target):
+    """A log of one record (``sch`` on ``target``) written as a tune writes it."""
+    ms = tvm_api.meta_schedule()
+    work = root / "work"
+    work.mkdir(parents=True)
+    database = ms.database.JSONDatabase(work_dir=str(work))
+    mod = tvm_api.IRModule({"main": w.func.with_attr("global_symbol", "main")})
+    record = ms.database.TuningRecord(
+        sch.trace, database.commit_workload(mod), [1e-4], target,
+        ms.arg_info.ArgInfo.from_prim_func(w.func),
+    )  # fmt: skip
+    database.commit_tuning_record(record)
+    folder = log_folder(root, target, w.func)
+    manifest = make_manifest(w.func, target, threads=2, policy="crafted", stats={},
+                             seconds=1e-4, gflops=w.flops / 1e-4 / 1e9, max_rel_error=0.0,
+                             workload=w)  # fmt: skip
+    merge_into_log(folder, work, manifest)
+    return folder
+
+
+def test_a_vdpbf16ps_schedule_needs_avx512_bf16(tmp_path, host):
+    from tvm_ext import schedules as S
+    from tvm_ext.facts.target import missing_features
+
+    spr = tvm_api.Target({"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 2,
+                          "mtriple": "x86_64-unknown-linux-gnu"})  # fmt: skip
+    haswell = tvm_ext.host_target(mcpu="haswell") if host.attrs["mtriple"][:6] == "x86_64" else None
+    if haswell is None or missing_features(haswell):
+        pytest.skip("needs an x86 host that runs AVX2 code")
+    w = K.matmul(64, 64, 64, "bfloat16")
+    sch = S.schedule(w, spr)  # built for a CPU with AVX512-BF16: tensorized with vdpbf16ps
+    assert schedule_features(sch, spr)["avx512bf16"] == "llvm.x86.avx512bf16.dpbf16ps.512"
+    folder = _frozen(tmp_path, w, sch, spr)
+    with pytest.raises(TargetMismatch, match=r"uses avx512bf16 for llvm.x86.avx512bf16.dpbf16ps"
+                                             r".*missing: avx512bf16, avx512f"):  # fmt: skip
+        replay(str(folder), haswell)
+    assert replays_here(folder, haswell) == "no: needs avx512bf16, avx512f"
+
+
+def test_other_target_kind_is_refused(log_copy, host):
+    root, folder = log_copy
+    m = read_manifest(folder)
+    m["target"], m["target_key"] = {"kind": "cuda", "arch": "sm_90"}, "cuda-sm_90"
+    (folder / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(TargetMismatch, match=r"tuned for cuda-sm_90 \(cuda\), this target is"):
+        replay(str(folder))
+
+
+def test_replaying_what_is_not_a_log_folder_says_so(tuned, tmp_path):
+    root, _ = tuned
+    with pytest.raises(NoLogFound, match="/nonexistent/folder: no such folder"):
+        replay("/nonexistent/folder")
+    with pytest.raises(NoLogFound, match=r"holds 1 logs, not one: pass one log folder, e\.g\."):
+        replay(str(root))
+    with pytest.raises(NoLogFound, match="is not a tuning log: it has no manifest.json"):
+        replay(str(tmp_path))
 
 
 def test_corrupt_records_name_file_and_line(log_copy, host):
@@ -243,3 +329,40 @@ def test_report_table(tuned, machine):
     table = report(root, machine)
     assert list(table["workload"]) == [W.key]
     assert table["best GFLOP/s"].iloc[0] > 0 and 0 < table["% peak"].iloc[0] < 200
+
+
+def test_report_uses_the_peak_recorded_with_each_log(tuned, tmp_path, machine, host):
+    root, result = tuned
+    dst = tmp_path / "logs"
+    shutil.copytree(root, dst)
+    (mine,) = find_logs(dst)
+    m = read_manifest(mine)
+    peak = result.measurement.gflops / result.measurement.peak_fraction  # the tune's model
+    assert m["peak_gflops"] == pytest.approx(peak)  # stored at tune time
+    other = dst / "llvm-znver4-2c" / mine.name  # a log of another CPU, its own peak recorded
+    shutil.copytree(mine, other)
+    (other / "manifest.json").write_text(json.dumps(m | {"target_key": "llvm-znver4-2c",
+                                                          "peak_gflops": 1000.0}))  # fmt: skip
+    old = dst / "llvm-znver4-2c" / "older"  # another CPU's log from before the field
+    shutil.copytree(mine, old)
+    (old / "manifest.json").write_text(json.dumps({k: v for k, v in m.items() if k != "peak_gflops"}
+                                                  | {"target_key": "llvm-znver4-2c"}))  # fmt: skip
+    table = report(dst, machine, host)
+    rows = dict(zip(map(str, find_logs(dst)), table["% peak"]))
+    assert rows[str(other)] == pytest.approx(100 * m["best_gflops"] / 1000.0)
+    assert rows[str(old)] == "n/a"
+    assert rows[str(mine)] == pytest.approx(100 * m["best_gflops"] / m["peak_gflops"])
+    assert len(table) == 3
+
+
+def test_dataset_caches_in_the_user_cache_not_in_the_log(tuned, tmp_path, monkeypatch):
+    from tvm_ext.cost import dataset
+
+    root, _ = tuned
+    dst = tmp_path / "logs"
+    shutil.copytree(root, dst)
+    monkeypatch.setenv("TVM_EXT_CACHE_DIR", str(tmp_path / "cache"))
+    first = dataset([dst])
+    assert not list(dst.rglob("features-*")), "a cache was written into the log folder"
+    assert len(list((tmp_path / "cache").rglob("features-*.csv.gz"))) == 1
+    assert len(dataset([dst])) == len(first)  # read back from the cache

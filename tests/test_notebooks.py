@@ -1,4 +1,7 @@
-"""The notebooks run end to end in quick mode (small shapes), as a reader would run them."""
+"""The notebooks run end to end in quick mode (small shapes), as a reader would run them.
+
+A notebook asserts what it shows (03_replay: a changed workload and a torn record are each
+refused with their own error, naming what differs), so a cell that raised is a failure here."""
 
 import pathlib
 

@@ -1,5 +1,7 @@
 """Regression tests for facts about the pinned TVM (see shared/platform-notes.md)."""
 
+import pathlib
+
 import tvm
 import tvm_ffi
 
@@ -14,7 +16,11 @@ def test_save_json_round_trips_a_tir_node():
 
 def test_pinned_versions():
     assert tvm.__version__ == "0.27.0.post1"
-    from importlib.metadata import version
+    from importlib.metadata import distribution, version
 
     assert version("apache-tvm-ffi") == "0.1.14.post0"
-    assert tvm_ffi is not None
+    # The modules imported are those of the pinned distributions (not a stray copy on the path).
+    assert tvm_ffi.__version__ == "0.1.14.post0"
+    for module, dist in ((tvm, "apache-tvm"), (tvm_ffi, "apache-tvm-ffi")):
+        installed = pathlib.Path(distribution(dist).locate_file(f"{module.__name__}/__init__.py"))
+        assert pathlib.Path(module.__file__).resolve() == installed.resolve(), module.__name__

@@ -1,12 +1,15 @@
-"""Every frozen log shipped in tuning_logs/ replays with parity on this machine."""
+"""Every frozen log shipped in tuning_logs/ replays with parity on this machine when it has
+every ISA feature the log's schedule uses, and is refused naming the missing ones otherwise."""
 
 import pathlib
 import warnings
 
 import pytest
+from conftest import cpu_has
 
+from tvm_ext.base.errors import OtherCPUWarning, TargetMismatch
 from tvm_ext.records.logs import find_logs, read_manifest
-from tvm_ext.search.replayer import replay
+from tvm_ext.search.replayer import replay, replays_here
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "tuning_logs"
 SHIPPED = list(find_logs(ROOT))
@@ -25,3 +28,32 @@ def test_shipped_log_replays_with_parity(folder):
         warnings.simplefilter("ignore")
         result = replay(folder, allow_other_target=True, repeat=2)  # ParityError if wrong
     assert result.measurement.gflops > 0 and result.recorded["best_seconds"] > 0
+
+
+@pytest.mark.parametrize("folder", SHIPPED, ids=lambda p: p.name)
+def test_shipped_log_replays_here_only_with_the_features_it_uses(folder):
+    verdict = replays_here(folder)
+    if verdict.startswith("no: needs "):
+        missing = verdict.removeprefix("no: needs ").split(", ")
+        with pytest.raises(TargetMismatch) as info:
+            replay(folder, repeat=2)
+        assert f"missing: {', '.join(missing)}" in str(info.value)
+    else:
+        assert verdict.startswith("yes"), verdict
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = replay(folder, repeat=2)
+        assert result.measurement.gflops > 0  # parity re-checked: ParityError if wrong
+        if not result.same_machine:  # the recorded times are another CPU's: said, with both
+            assert any(issubclass(w.category, OtherCPUWarning) for w in caught)
+
+
+def test_shipped_avx512_logs_are_refused_on_a_cpu_without_it(host):
+    if cpu_has("avx512f", host):
+        pytest.skip("this CPU has AVX-512: the shipped znver4 logs replay here")
+    verdicts = {f.name: replays_here(f) for f in SHIPPED if f.parent.name == "llvm-znver4-2c"}
+    # Every shipped schedule vectorizes 512 bits or more (16+ float32 lanes) on Zen 4.
+    assert verdicts and all(v == "no: needs avx512f" for v in verdicts.values()), verdicts
+    with pytest.raises(TargetMismatch, match=r"uses avx512f for 512-bit vectors .*"
+                                             r"missing: avx512f\)"):  # fmt: skip
+        replay(ROOT / "llvm-znver4-2c" / "matmul_M512_N512_K512_float32")

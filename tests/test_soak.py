@@ -30,7 +30,7 @@ def test_back_to_back_tunes_do_not_leak(tmp_path, host, monkeypatch):
     rss = []
     for round_ in range(2):
         for i, w in enumerate(workloads):
-            r = tune(w.func, host, trials=16, batch=8, seed=i, progress=False)
+            r = tune(w.func, host, trials=8, batch=8, seed=i, progress=False)
             assert r.measurement.max_rel_error < 1e-3 and r.work_dir is None
             rss.append(process.memory_info().rss)
     growth_mb = (rss[-1] - rss[len(workloads) - 1]) / 2**20

@@ -88,9 +88,68 @@ def test_cuda_target_and_bad_arch():
 def test_as_target_rejects_unknown_kinds_and_types():
     with pytest.raises(ValueError, match="kind 'opencl' is not supported"):
         tgt.as_target({"kind": "opencl"})
+    with pytest.raises(ValueError, match="kind 'opencl' is not supported"):
+        tgt.as_target("opencl")
     with pytest.raises(TypeError, match="target must be"):
-        tgt.as_target("llvm -mcpu=native")
+        tgt.as_target(42)
     assert tgt.as_target(None).kind.name == "llvm"
+
+
+def test_string_llvm_is_the_host_cpu_with_its_cores(host):
+    # TVM 0.27 takes "llvm" itself, with the conda triple under which mcpu=native is SSE2.
+    for text in ("llvm", "llvm -mcpu=native"):
+        t = tgt.as_target(text)
+        assert str(t) == str(host), text
+    t = tgt.as_target("llvm -mcpu=haswell -num-cores=3 -mattr=+avx2,+fma")
+    assert str(t.attrs["mcpu"]) == "haswell" and int(t.attrs["num-cores"]) == 3
+    assert str(t.attrs["mtriple"]) == tgt.host_triple() and list(t.attrs["mattr"]) == [
+        "+avx2",
+        "+fma",
+    ]
+
+
+def test_string_cuda_targets():
+    t = tgt.as_target("cuda -arch=sm_80")
+    assert t.kind.name == "cuda" and str(t.attrs["arch"]) == "sm_80"
+    if not tvm_api.cuda(0).exist:
+        with pytest.warns(UserWarning, match="no GPU to read it from: assuming sm_90"):
+            t = tgt.as_target("cuda")
+        assert str(t.attrs["arch"]) == "sm_90"
+
+
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("", "names no target kind"),
+        ("llvm mcpu", "'mcpu' is not an option of the form -name=value"),
+        ("llvm -mcpu=pentium9000", "mcpu='pentium9000' is not a CPU LLVM knows"),
+        ("llvm -num-cores=0", "num-cores=0 must be a positive int"),
+        ("llvm -bogus=1", "target 'llvm -bogus=1': Unknown config option 'bogus'"),
+    ],
+)
+def test_bad_target_strings_say_what_is_wrong(text, match):
+    with pytest.raises(ValueError, match=match):
+        tgt.as_target(text)
+
+
+def test_tune_measure_and_replay_take_target_strings(tmp_path):
+    from tvm_ext.search.replayer import replay
+
+    w = axpy(256)
+    m = tvm_ext.measure(tvm_api.Schedule(w.func), w, "llvm", repeat=1)
+    assert m.threads == tvm_api.physical_cores() and m.max_rel_error < 1e-6
+    r = tvm_ext.tune(w, "llvm", trials=2, batch=2, seed=0, log_dir=tmp_path, progress=False)
+    assert r.measurement.max_rel_error < 1e-6 and r.measured_on == "this host"
+    assert replay(w, "llvm", tmp_path).measurement.max_rel_error < 1e-6
+
+
+def test_cpu_features_follow_mattr():
+    t = tvm_api.Target(
+        {"kind": "llvm", "mcpu": "haswell", "mtriple": "x86_64-unknown-linux-gnu",
+         "mattr": ["+avx512f", "-avx2"]}
+    )  # fmt: skip
+    feats = tgt.cpu_features(t)
+    assert "avx512f" in feats and "avx2" not in feats and "fma" in feats
 
 
 def test_target_cores_requires_num_cores():

@@ -12,7 +12,7 @@ __version__ = "0.1.0"
 
 # tvm_api comes first: it raises TVM's thread-pool ceiling before anything can create the pool.
 from tvm_ext.base import errors, tvm_api  # noqa: F401
-from tvm_ext.base.errors import ParityError, ScheduleNotApplicable, TvmExtError
+from tvm_ext.base.errors import ParityError, ScheduleNotApplicable, TuneError, TvmExtError
 from tvm_ext.facts import kernels, models
 from tvm_ext.facts.machine import MachineModel, host_machine
 from tvm_ext.facts.measure import Measurement, measure
@@ -43,7 +43,8 @@ def compile(model, target=None, params=None, **options):
 
 
 def rpc_runner(tracker: str, key: str, **options):
-    """A MetaSchedule runner measuring on remote devices; see
+    """A MetaSchedule runner measuring on remote devices through TVM's RPC tracker
+    (``"host:port"``) under ``key``: a tune given one measures everything there; see
     :func:`tvm_ext.search.remote.rpc_runner`."""
     from tvm_ext.search.remote import rpc_runner as _rpc_runner
 
@@ -55,6 +56,7 @@ __all__ = [
     "Measurement",
     "ParityError",
     "ScheduleNotApplicable",
+    "TuneError",
     "TvmExtError",
     "compile",
     "cuda_target",

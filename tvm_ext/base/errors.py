@@ -52,6 +52,21 @@ class DatasetError(TvmExtError):
     columns); the message says what is missing."""
 
 
+class TuneError(TvmExtError):
+    """A tune could not measure anything: its device is unreachable, or every candidate failed
+    (the message says how many, and the first failure). What was recorded stays in the log."""
+
+    def __init__(self, message: str, *, failed: int = 0, first_failure: str | None = None):
+        super().__init__(message)
+        self.failed = failed
+        self.first_failure = first_failure
+
+
+class DeviceError(TvmExtError):
+    """A remote device cannot be reached through its RPC tracker (the tracker does not answer,
+    or no server is registered under the key); the message says what to start."""
+
+
 class LogError(TvmExtError):
     """A frozen tuning log cannot be used; the message says why and what to do."""
 
@@ -65,11 +80,17 @@ class WorkloadMismatch(LogError):
 
 
 class TargetMismatch(LogError):
-    """The log was tuned for another target or CPU (pass allow_other_target=True to use it)."""
+    """The log was tuned for another kind of target, or its schedule uses ISA features this
+    CPU lacks (the message names them; pass allow_other_target=True to use it anyway)."""
 
 
 class CorruptLog(LogError):
     """A log file cannot be read; the message names the file and line."""
+
+
+class OtherCPUWarning(UserWarning):
+    """A log tuned on another CPU replays here (this CPU has every ISA feature its schedule
+    uses), but its recorded times belong to that CPU; the message shows both."""
 
 
 class LogVersionWarning(UserWarning):

@@ -6,8 +6,21 @@ import argparse
 import json
 import logging
 import sys
+import traceback
+import warnings
 
 import pandas as pd
+
+from tvm_ext.base.errors import (
+    DatasetError,
+    LogError,
+    ModelFileError,
+    TvmExtError,
+)
+
+# A user's mistake (a bad size, dtype, file or folder) ends in one line and exit code 2; a
+# failure of the work itself (nothing measured, parity) in one line and exit code 1.
+USER_ERRORS = (ValueError, OSError, LogError, ModelFileError, DatasetError)
 
 
 def _info(args) -> int:
@@ -62,18 +75,19 @@ def _tune(args) -> int:
 
     ctor = kernels.SUITE.get(args.kernel)
     if ctor is None:
-        raise SystemExit(f"unknown kernel {args.kernel!r}; choose one of {sorted(kernels.SUITE)}")
+        raise ValueError(f"unknown kernel {args.kernel!r}; choose one of {sorted(kernels.SUITE)}")
     dims = [
         p
         for p in inspect.signature(ctor).parameters.values()
         if p.annotation in (int, "int") and p.default is inspect.Parameter.empty
     ]
     if len(args.shape) != len(dims):
-        raise SystemExit(
+        raise ValueError(
             f"{args.kernel} takes {len(dims)} sizes ({', '.join(d.name for d in dims)}), "
             f"got {len(args.shape)}"
         )
     w = ctor(*args.shape, **({"dtype": args.dtype} if args.dtype else {}))
+    policy = load_policy(args.policy)
     target = host_target()
     r = tune(
         w.func,
@@ -82,7 +96,7 @@ def _tune(args) -> int:
         seed=args.seed,
         log_dir=args.log_dir,
         audit=args.audit,
-        policy=load_policy(args.policy),
+        policy=policy,
     )
     m, st = r.measurement, r.stats
     print(f"{w.key} on {target.attrs['mcpu']} ({m.threads} threads), winner from the {r.source}")
@@ -100,29 +114,42 @@ def _tune(args) -> int:
 
 
 def _replay(args) -> int:
+    from tvm_ext.facts.target import host_target
+    from tvm_ext.records.logs import cpu_model, target_key
     from tvm_ext.search.replayer import replay
 
     r = replay(args.folder, allow_other_target=args.allow_other_target)
     m, rec = r.measurement, r.recorded
     print(f"replayed {r.folder} (no search)")
     print(f"  parity ok (max rel error {m.max_rel_error:.1e})")
+    where = f"{target_key(host_target())}, {cpu_model()}"
     rows = [
-        ("recorded", rec.get("best_seconds"), rec.get("best_gflops"), rec.get("date")),
-        ("replayed", m.seconds, m.gflops, "now"),
-    ]
-    table = pd.DataFrame(rows, columns=["", "seconds", "GFLOP/s", "when"])
+        ("recorded", rec.get("best_seconds"), rec.get("best_gflops"), rec.get("date"),
+         f"{rec.get('target_key')}, {rec.get('cpu_model')}"),
+        ("replayed", m.seconds, m.gflops, "now", where),
+    ]  # fmt: skip
+    table = pd.DataFrame(rows, columns=["", "seconds", "GFLOP/s", "when", "where"])
     print(table.to_string(index=False, float_format=lambda x: f"{x:.6g}"))
     return 0
 
 
 def _report(args) -> int:
-    from tvm_ext.facts.machine import host_machine
-    from tvm_ext.records.logs import report
+    import pathlib
 
-    table = report(args.log_dir, host_machine())
+    from tvm_ext.facts.machine import host_machine
+    from tvm_ext.facts.target import host_target
+    from tvm_ext.records.logs import find_logs, report
+    from tvm_ext.search.replayer import replays_here
+
+    if not pathlib.Path(args.log_dir).is_dir():
+        raise FileNotFoundError(f"{args.log_dir}: no such folder of tuning logs")
+    here = host_target()
+    table = report(args.log_dir, host_machine(here), here)
     if table.empty:
         print(f"no logs under {args.log_dir}")
         return 1
+    table["replays here"] = [replays_here(folder, here) for folder in find_logs(args.log_dir)]
+    table["% peak"] = [v if isinstance(v, str) else f"{v:.1f}" for v in table["% peak"]]
     print(
         table.to_markdown(index=False, floatfmt=".1f")
         if args.markdown
@@ -142,7 +169,7 @@ def load_policy(spec: str):
         return ServicePolicy(ServiceProfile.load(path))
     if kind == "xgboost" and path:
         return XGBoostPolicy.load(path)
-    raise SystemExit(
+    raise ValueError(
         f"--policy {spec!r}: expected roofline, service:PROFILE.json or xgboost:MODEL.json"
     )
 
@@ -243,7 +270,24 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
     )
-    return args.run(args)
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        return _run(args)
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    print(f"tvm-ext: warning: {message}", file=sys.stderr)
+
+
+def _run(args) -> int:
+    """Run the command; an error ends in one line on stderr (its traceback with -v)."""
+    try:
+        return args.run(args)
+    except (*USER_ERRORS, TvmExtError) as err:
+        if args.verbose:
+            traceback.print_exc()
+        print(f"tvm-ext {args.command}: error: {err}", file=sys.stderr)
+        return 2 if isinstance(err, USER_ERRORS) else 1
 
 
 if __name__ == "__main__":

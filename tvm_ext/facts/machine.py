@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import pathlib
 import re
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ import platformdirs
 
 from tvm_ext.base import tvm_api
 from tvm_ext.base.errors import ProbeError
+from tvm_ext.facts.device import Runtime, Tracker
 from tvm_ext.facts.probe_kernels import fma_chains, stream_copy, stream_read
 from tvm_ext.facts.target import (
     as_target,
@@ -72,11 +74,22 @@ class MachineModel:
             raise ValueError(f"no compute peak for dtype={dtype!r}; known: {sorted(self.peaks)}")
         return self.peaks[key].value
 
+    def memory_level(self, nbytes: float) -> str:
+        """The level ``nbytes`` of data fits in: ``"l2"`` (every core's L2 together),
+        ``"llc"`` (on chip) or ``"dram"``."""
+        if nbytes <= self.l2_bytes:
+            return "l2"
+        return "llc" if nbytes <= self.llc_bytes else "dram"
+
     def roofline_seconds(self, flops: float, nbytes: float, dtype: str) -> float:
         """Least time any implementation needs: compute at peak or compulsory traffic at the
-        bandwidth of the level the data fits in (LLC if it fits, else DRAM)."""
-        level = "llc" if nbytes <= self.llc_bytes else "dram"
-        return max(flops / self.peak(dtype), nbytes / self.bandwidth[level].value)
+        bandwidth of the level the data fits in. Data that fits in L2 has no memory roof here
+        (L2 bandwidth is not probed): compute alone bounds it."""
+        level = self.memory_level(nbytes)
+        compute = flops / self.peak(dtype)
+        if level == "l2":
+            return compute
+        return max(compute, nbytes / self.bandwidth[level].value)
 
     def with_overrides(self, overrides: dict[str, float]) -> "MachineModel":
         """A copy with figures given by the user: keys ``peak.<dtype>``, ``bw.<level>`` or
@@ -139,8 +152,9 @@ def cache_sizes() -> dict[int, int]:
     return sizes
 
 
-def _best_seconds(func, arrays, min_seconds: float) -> float:
-    dev = tvm_api.cpu(0)
+def _best_seconds(func, arrays, min_seconds: float, runtime: Runtime | None = None) -> float:
+    dev = tvm_api.cpu(0) if runtime is None else runtime.dev
+    func = func if runtime is None else runtime.load(func)
     tensors = [tvm_api.tensor(a, dev) for a in arrays]
     ev = func.time_evaluator(
         func.entry_name, dev, number=1, repeat=7, min_repeat_ms=int(min_seconds * 1000)
@@ -152,7 +166,12 @@ def _best_seconds(func, arrays, min_seconds: float) -> float:
 
 
 def probe_fp32_peak(
-    target, cores: int, lanes: int | None = None, chains: int | None = None, steps: int = 200_000
+    target,
+    cores: int,
+    lanes: int | None = None,
+    chains: int | None = None,
+    steps: int = 200_000,
+    runtime: Runtime | None = None,
 ) -> float:
     """FLOP/s of ``chains`` independent ``lanes``-wide FMA recurrences on every core.
 
@@ -165,14 +184,16 @@ def probe_fp32_peak(
     mod = tvm_api.IRModule({"main": fma_chains(cores, chains, lanes, steps)})
     func = tvm_api.build(mod, target)
     size = cores * chains * lanes
-    seconds = _best_seconds(func, [np.ones(size, "float32"), np.zeros(size, "float32")], 0.02)
+    arrays = [np.ones(size, "float32"), np.zeros(size, "float32")]
+    seconds = _best_seconds(func, arrays, 0.02, runtime)  # on a device when runtime is one
     return 2.0 * size * steps / seconds
 
 
-def probe_fma_latency(target, steps: int = 2_000_000) -> float:
+def probe_fma_latency(target, steps: int = 2_000_000, runtime: Runtime | None = None) -> float:
     """Seconds per step of one scalar FMA recurrence (each step waits for the previous)."""
     func = tvm_api.build(tvm_api.IRModule({"main": fma_chains(1, 1, 1, steps)}), target)
-    seconds = _best_seconds(func, [np.ones(1, "float32"), np.zeros(1, "float32")], 0.02)
+    arrays = [np.ones(1, "float32"), np.zeros(1, "float32")]
+    seconds = _best_seconds(func, arrays, 0.02, runtime)
     return seconds / steps
 
 
@@ -267,18 +288,60 @@ def probe(target=None) -> MachineModel:
     )
 
 
-def cache_path(target) -> pathlib.Path:
-    """Where the probe of this CPU model and core count is cached."""
-    name = f"machine-{target_cpu(target)}-{target_cores(target)}c.json"
-    return pathlib.Path(platformdirs.user_cache_dir("tvm-ext")) / name
+def _peaks(target, fp32: float, note: str) -> dict[str, Figure]:
+    """The probed fp32 peak and the dot-product peaks derived from it by ISA tables."""
+    peaks = {"float32": Figure(fp32, "probed", note)}
+    for dtype, ratios in _ISA_RATIOS.items():
+        feature, ratio = next(((f, r) for f, r in ratios if has_feature(target, f)), (None, 1.0))
+        note = f"fp32 probe x {ratio:g} ({feature})" if feature else "no dot instruction: fp32 rate"
+        peaks[dtype] = Figure(fp32 * ratio, "table", note)
+    return peaks
 
 
-def host_machine(
-    target=None, *, reprobe: bool = False, overrides: dict | None = None
-) -> MachineModel:
-    """The machine model of ``target`` (default the host): cached probe, then ``overrides``."""
+# Cache sizes of a device are not visible through TVM's stock RPC server: a device model says
+# every size fits "L2", so that no memory level bounds a candidate (a bound must never be
+# above a true time) until the user gives the figures.
+UNKNOWN_BYTES = 1 << 62
+
+
+def probe_device(target, tracker: Tracker) -> MachineModel:
+    """The machine model of the devices behind ``tracker``, probed on one of them: its fp32
+    peak and FMA latency measured there (with the threads its server runs); cache sizes and
+    bandwidths are unknown (infinite), so only compute and dependency arms bound."""
     target = as_target(target)
-    path = cache_path(target)
+    runtime = Runtime(target, tracker)
+    cores = target_cores(target)
+    fp32 = max(probe_fp32_peak(target, cores, runtime=runtime) for _ in range(3))
+    latency = min(probe_fma_latency(target, runtime=runtime) for _ in range(3))
+    for name, value in (("fp32 peak", fp32), ("FMA latency", latency)):
+        if not np.isfinite(value) or value <= 0:
+            raise ProbeError(f"{name} probe on {tracker.where} returned {value!r}")
+    where = f"on {tracker.where}, {runtime.threads} server threads"
+    unknown = Figure(
+        float("inf"), "unknown", "not visible through an RPC server; pass machine= to bound"
+    )
+    return MachineModel(
+        target_cpu(target),
+        cores,
+        _peaks(target, fp32, f"{cores} cores x FMA chains of the widest vectors, {where}"),
+        {"llc": unknown, "dram": unknown},
+        UNKNOWN_BYTES,
+        UNKNOWN_BYTES,
+        lanes_for(target, 32),
+        Figure(latency, "probed", f"one dependent scalar FMA chain, {where}"),
+    )
+
+
+def device_machine(target, tracker: Tracker, *, reprobe: bool = False) -> MachineModel:
+    """The model of the devices under ``tracker.key`` (one device kind): probed there once,
+    then read from the user cache directory."""
+    target = as_target(target)
+    name = f"machine-{target_cpu(target)}-{target_cores(target)}c-rpc-{tracker.key}.json"
+    path = cache_path(target).parent / name  # beside this host's model
+    return _cached(path, reprobe, lambda: probe_device(target, tracker))
+
+
+def _cached(path: pathlib.Path, reprobe: bool, make) -> MachineModel:
     model = None
     if path.exists() and not reprobe:
         try:
@@ -286,9 +349,27 @@ def host_machine(
         except (ValueError, KeyError, TypeError) as err:
             log.warning("ignoring unreadable machine cache %s (%s); probing again", path, err)
     if model is None:
-        model = probe(target)
+        model = make()
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(model.to_json(), indent=2))
         tmp.replace(path)
+    return model
+
+
+def cache_path(target) -> pathlib.Path:
+    """Where the probe of this CPU model and core count is cached: in ``$TVM_EXT_CACHE_DIR``
+    when it is set (read at each call; the test suite points it at a temporary folder), else
+    in the user cache directory."""
+    name = f"machine-{target_cpu(target)}-{target_cores(target)}c.json"
+    root = os.environ.get("TVM_EXT_CACHE_DIR") or platformdirs.user_cache_dir("tvm-ext")
+    return pathlib.Path(root) / name
+
+
+def host_machine(
+    target=None, *, reprobe: bool = False, overrides: dict | None = None
+) -> MachineModel:
+    """The machine model of ``target`` (default the host): cached probe, then ``overrides``."""
+    target = as_target(target)
+    model = _cached(cache_path(target), reprobe, lambda: probe(target))
     return model.with_overrides(overrides) if overrides else model

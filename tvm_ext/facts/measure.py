@@ -13,10 +13,11 @@ from typing import Sequence
 import numpy as np
 
 from tvm_ext.base import tvm_api
-from tvm_ext.base.errors import ParityError, TvmExtError
+from tvm_ext.base.errors import ParityError
+from tvm_ext.facts.device import Runtime, Tracker
 from tvm_ext.facts.kernels import Workload, from_func, np_dtype
 from tvm_ext.facts.machine import MachineModel, host_machine
-from tvm_ext.facts.target import as_target, host_target, target_cores
+from tvm_ext.facts.target import as_target, host_target
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,7 @@ class Measurement:
     peak_fraction: float | None
     roofline_fraction: float | None
     target: str
+    measured_on: str = "this host"  # or "device '<key>' via the RPC tracker at host:port"
 
 
 def _errors(out: np.ndarray, ref: np.ndarray) -> tuple[float, float]:
@@ -88,12 +90,17 @@ def check_parity(
     return worst_abs, worst_rel
 
 
-def _device(target):
-    kind = str(target.kind.name)
-    dev = tvm_api.cuda(0) if kind == "cuda" else tvm_api.cpu(0)
-    if not dev.exist:
-        raise TvmExtError(f"no {kind} device on this machine to measure on")
-    return dev
+def kernel_name(obj) -> str:
+    """The name the user gave a kernel: its ``global_symbol`` (a PrimFunc's, or the single
+    function's of a module or schedule), else its name in the module."""
+    if isinstance(obj, tvm_api.PrimFunc):
+        symbol = obj.attrs.get("global_symbol") if obj.attrs is not None else None
+        return str(symbol) if symbol else "kernel"
+    for gv, func in tvm_api.as_module(obj).functions.items():
+        if isinstance(func, tvm_api.PrimFunc):
+            symbol = func.attrs.get("global_symbol") if func.attrs is not None else None
+            return str(symbol or gv.name_hint)
+    return "kernel"
 
 
 def _check_arrays(arrays: Sequence[np.ndarray], specs, label: str) -> None:
@@ -125,22 +132,34 @@ def _random_inputs(specs, seed: int) -> list[np.ndarray]:
     return out
 
 
-def _prepare(obj, workload, target, reference, seed):
-    """Build ``obj`` and check its parity; returns what timing needs next."""
+@dataclass(frozen=True)
+class _Checked:
+    """A module built, loaded where it runs and checked for parity: what timing needs."""
+
+    target: object
+    label: str
+    runtime: Runtime
+    lib: object
+    arrays: list
+    errors: tuple[float, float]
+    cost: tuple  # (flops, compulsory bytes, dtype)
+
+
+def _prepare(obj, workload, target, reference, seed, tracker=None, label=None) -> _Checked:
+    """Build ``obj``, load it on this host or the device and check its parity."""
     mod = tvm_api.as_module(obj)
     func = tvm_api.main_func(mod)
     target = as_target(target)
     workload = workload if workload is not None else from_func(func)
+    label = label or (workload.key if workload is not None else kernel_name(obj))
     specs = tvm_api.param_specs(func)
-    label = workload.key if workload else str(func.attrs.get("global_symbol", "kernel"))
-    dev = _device(target)
-    lib = tvm_api.build(mod, target)
-    threads = target_cores(target) if target.kind.name == "llvm" else 1
+    runtime = Runtime(target, tracker)
+    lib = runtime.load(tvm_api.build(mod, target))
     if workload is not None:
         arrays = workload.inputs(seed)
         _check_arrays(arrays, specs, label)
-        with tvm_api.threads(threads):
-            result = run(lib, arrays, dev)
+        with runtime.threads_context():
+            result = run(lib, arrays, runtime.dev)
         outs = [result[i] for i in workload.outputs]
         errors = check_parity(outs, workload.reference(arrays), label)
         cost = (workload.flops, workload.min_bytes, workload.dtype)
@@ -152,9 +171,10 @@ def _prepare(obj, workload, target, reference, seed):
             f"{label} vs its reference",
         )
         arrays = _random_inputs(specs, seed)
-        with tvm_api.threads(threads):
-            result = run(lib, arrays, dev)
-            expected = run(tvm_api.build(ref_mod, target), arrays, dev)
+        ref_lib = runtime.load(tvm_api.build(ref_mod, target))
+        with runtime.threads_context():
+            result = run(lib, arrays, runtime.dev)
+            expected = run(ref_lib, arrays, runtime.dev)
         errors = check_parity(result, expected, label)
         nbytes = sum(int(np.prod(s)) * np_dtype(d).itemsize for s, d in specs)
         cost = (int(tvm_api.s_tir.analysis.estimate_tir_flops(mod)), nbytes, specs[0][1])
@@ -163,17 +183,18 @@ def _prepare(obj, workload, target, reference, seed):
             f"{label}: no reference to check parity against; pass workload= (a tvm_ext.kernels "
             "Workload) or reference= (the unscheduled PrimFunc/IRModule)"
         )
-    return target, label, dev, lib, threads, arrays, errors, cost
+    return _Checked(target, label, runtime, lib, arrays, errors, cost)
 
 
 def verify(
-    obj, workload: Workload | None = None, target=None, *, reference=None, seed: int = 0
-) -> tuple[float, float]:
+    obj, workload: Workload | None = None, target=None, *, reference=None, seed: int = 0,
+    tracker: Tracker | None = None,
+) -> tuple[float, float]:  # fmt: skip
     """Build and run ``obj`` once and check parity, without timing: (max abs, max rel) error.
 
     Raises ParityError past the dtype's tolerance; the references are those of :func:`measure`.
     """
-    return _prepare(obj, workload, target, reference, seed)[6]
+    return _prepare(obj, workload, target, reference, seed, tracker).errors
 
 
 def measure(
@@ -186,54 +207,73 @@ def measure(
     repeat: int = 10,
     min_repeat_ms: int = 50,
     seed: int = 0,
+    tracker: Tracker | None = None,
+    label: str | None = None,
 ) -> Measurement:
     """Build ``obj`` (Schedule, IRModule or PrimFunc) for ``target``, check parity, time it.
 
     The reference is ``workload``'s numpy reference; else that of the suite workload the
     function was built from (it carries it as an attribute through scheduling); else
     ``reference``, an unscheduled PrimFunc/IRModule run on the same random inputs. Timing runs
-    with the target's ``num-cores`` threads.
+    with the target's ``num-cores`` threads. With ``tracker`` the module runs and is timed on
+    one of its devices (with the threads its server runs), and the fractions of peak use
+    ``machine`` only (the devices' model; none is assumed). ``label`` names the kernel in
+    messages (default its workload key or its own name).
     """
     if not isinstance(repeat, int) or repeat < 1:
         raise ValueError(f"repeat={repeat!r} must be a positive int")
-    target, label, dev, lib, threads, arrays, (abs_err, rel_err), (flops, nbytes, dtype) = _prepare(
-        obj, workload, target, reference, seed
-    )
-    tensors = [tvm_api.tensor(a, dev) for a in arrays]
+    checked = _prepare(obj, workload, target, reference, seed, tracker, label)
+    runtime, lib = checked.runtime, checked.lib
+    tensors = [tvm_api.tensor(a, runtime.dev) for a in checked.arrays]
     ev = lib.time_evaluator(
-        lib.entry_name, dev, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms
+        lib.entry_name, runtime.dev, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms
     )
-    warm = lib.time_evaluator(lib.entry_name, dev, number=1, repeat=1, min_repeat_ms=min_repeat_ms)
-    with tvm_api.threads(threads):
+    warm = lib.time_evaluator(
+        lib.entry_name, runtime.dev, number=1, repeat=1, min_repeat_ms=min_repeat_ms
+    )
+    with runtime.threads_context():
         warm(*tensors)  # warm the thread pool, clocks and caches; discarded
         times = np.array(ev(*tensors).results, dtype=np.float64)
     median = float(np.median(times))
-    gflops = flops / median / 1e9 if flops else None
-    peak = roof = None
-    if target.kind.name == "llvm" and flops:
+    flops = checked.cost[0]
+    if machine is None and tracker is None and checked.target.kind.name == "llvm":
         # The peak is the hardware's, whatever CPU the target names (a generic build
         # leaves most of it unused: that is what the fraction should show).
-        machine = machine if machine is not None else host_machine(host_target(num_cores=threads))
-        peak = flops / median / machine.peak(dtype)
-        roof = machine.roofline_seconds(flops, nbytes, dtype) / median
-        if roof > 1.0:
-            log.warning(
-                "%s ran at %.2fx the machine model's roofline: the model underestimates "
-                "this machine (re-probe with `tvm-ext info --reprobe`)",
-                label,
-                roof,
-            )
+        machine = host_machine(host_target(num_cores=runtime.threads))
+    peak, roof = _fractions(checked, machine, median)
     return Measurement(
-        abs_err,
-        rel_err,
+        *checked.errors,
         median,
         float(times.min()),
         float((times.max() - times.min()) / median),
         repeat,
-        threads,
+        runtime.threads,
         flops,
-        gflops,
+        flops / median / 1e9 if flops else None,
         peak,
         roof,
-        str(target),
+        str(checked.target),
+        runtime.where,
     )
+
+
+def _fractions(checked: _Checked, machine: MachineModel | None, seconds: float):
+    """(fraction of the compute peak, fraction of the roofline), None without a model; warns
+    when the roofline was beaten (the model underestimates the machine)."""
+    flops, nbytes, dtype = checked.cost
+    if machine is None or not flops or checked.target.kind.name != "llvm":
+        return None, None
+    roof = machine.roofline_seconds(flops, nbytes, dtype) / seconds
+    if roof > 1.0:
+        level = machine.memory_level(nbytes)
+        bound = "its compute peak" if level == "l2" else f"compute or {level.upper()} bandwidth"
+        log.warning(
+            "%s ran at %.2fx the machine model's roofline (its %.3g MB fit in %s: the roof is %s)"
+            "; the model underestimates this machine: re-probe with `tvm-ext info --reprobe`",
+            checked.label,
+            roof,
+            nbytes / 1e6,
+            {"l2": "L2", "llc": "the LLC", "dram": "no cache (DRAM)"}[level],
+            bound,
+        )
+    return flops / seconds / machine.peak(dtype), roof

@@ -139,19 +139,94 @@ def cuda_target(arch: str = "sm_90") -> "tvm_api.Target":
 
 
 def as_target(target) -> "tvm_api.Target":
-    """Normalize ``target`` (None = host, a Target, or a JSON-style dict) to a Target."""
+    """Normalize ``target`` to a Target: None (the host), a Target, a JSON-style dict, or a
+    TVM target string (``"llvm"``, ``"llvm -mcpu=znver3 -num-cores=4"``, ``"cuda"``,
+    ``"cuda -arch=sm_90"``; see :func:`parse_target_string`)."""
     if target is None:
         return host_target()
     if isinstance(target, tvm_api.Target):
         return target
+    text = target if isinstance(target, str) else None
+    if text is not None:
+        target = parse_target_string(text)
     if isinstance(target, dict):
         kind = target.get("kind")
         if kind not in ("llvm", "cuda"):
             raise ValueError(f"target kind {kind!r} is not supported; choose 'llvm' or 'cuda'")
-        return tvm_api.Target(target)
+        try:
+            return tvm_api.Target(target)
+        except ValueError as err:  # TVM names the bad option; say which string held it
+            if text is None:
+                raise
+            raise ValueError(f"target {text!r}: {err}") from err
     raise TypeError(
-        f"target must be None, a tvm.target.Target or a dict, got {type(target).__name__}"
+        "target must be None, a tvm.target.Target, a dict or a target string such as 'llvm', "
+        f"got {type(target).__name__}"
     )
+
+
+# Options whose value is a list in TVM 0.27's target JSON (comma-separated in a string).
+_LIST_OPTIONS = frozenset({"mattr", "keys", "libs", "cl-opt"})
+
+
+def _option_value(name: str, text: str):
+    if name in _LIST_OPTIONS:
+        return [part for part in text.split(",") if part]
+    if re.fullmatch(r"-?\d+", text):
+        return int(text)
+    return {"true": True, "false": False}.get(text.lower(), text)
+
+
+def parse_target_string(text: str) -> dict:
+    """A TVM target string as the JSON dict TVM 0.27 takes (it parses no options itself).
+
+    ``"llvm"`` is this host's CPU, as :func:`host_target` names it: the real ``mcpu`` (also
+    for ``-mcpu=native``), a triple LLVM accepts with it and the physical cores, each unless
+    the string gives its own. ``"cuda"`` without ``-arch`` takes the architecture of this
+    machine's GPU, else ``sm_90`` with a warning.
+    """
+    words = text.split()
+    if not words:
+        raise ValueError("target string '' names no target kind; write e.g. 'llvm' or 'cuda'")
+    config: dict = {"kind": words[0]}
+    for word in words[1:]:
+        name, sep, value = word.lstrip("-").partition("=")
+        if not word.startswith("-") or not name or not sep:
+            raise ValueError(f"target {text!r}: {word!r} is not an option of the form -name=value")
+        config[name] = _option_value(name, value)
+    if config["kind"] == "llvm":
+        return _host_llvm_config(config)
+    if config["kind"] == "cuda" and "arch" not in config:
+        config["arch"] = _local_cuda_arch()
+    return config
+
+
+def _host_llvm_config(config: dict) -> dict:
+    triple = str(config.setdefault("mtriple", host_triple()))
+    if config.get("mcpu") in (None, "native"):
+        cpu, message = _resolve_host_cpu(triple)
+        if message:
+            warnings.warn(message, HostCPUWarning, stacklevel=4)
+        config["mcpu"] = cpu
+    elif not tvm_api.global_func("target.llvm_is_valid_cpu")(str(config["mcpu"]), triple):
+        raise ValueError(f"mcpu={config['mcpu']!r} is not a CPU LLVM knows under {triple}")
+    cores = config.setdefault("num-cores", tvm_api.physical_cores())
+    if isinstance(cores, bool) or not isinstance(cores, int) or cores < 1:
+        raise ValueError(f"num-cores={cores!r} must be a positive int")
+    return config
+
+
+def _local_cuda_arch() -> str:
+    dev = tvm_api.cuda(0)
+    if dev.exist:
+        return "sm_" + str(dev.compute_version).replace(".", "")
+    warnings.warn(
+        "target 'cuda' names no architecture and this machine has no GPU to read it from: "
+        "assuming sm_90 (write 'cuda -arch=sm_80', say, for another GPU)",
+        UserWarning,
+        stacklevel=4,
+    )
+    return "sm_90"
 
 
 def target_cores(target: "tvm_api.Target") -> int:
@@ -178,12 +253,21 @@ def _host_isa() -> frozenset[str]:
     return frozenset(f for f in _true_features(probe) if _CODEGEN_FEATURE.match(f))
 
 
+def cpu_features(target) -> frozenset[str]:
+    """ISA features of an llvm target's CPU that change kernel code (LLVM's tables for its
+    ``mcpu``, plus any ``+feature`` of its ``mattr``, less any ``-feature``)."""
+    triple = str(target.attrs.get("mtriple", "")) or host_triple()
+    features = {f for f in _cpu_features(target_cpu(target), triple) if _CODEGEN_FEATURE.match(f)}
+    for attr in target.attrs.get("mattr", ()):
+        name = str(attr)
+        (features.add if name.startswith("+") else features.discard)(name[1:])
+    return frozenset(features)
+
+
 def missing_features(target) -> list[str]:
     """ISA features code built for llvm ``target`` may use that this host's CPU lacks (sorted;
     empty when the host can run it). Only features that change kernel code count."""
-    triple = str(target.attrs.get("mtriple", "")) or host_triple()
-    wanted = {f for f in _cpu_features(target_cpu(target), triple) if _CODEGEN_FEATURE.match(f)}
-    return sorted(wanted - _host_isa())
+    return sorted(cpu_features(target) - _host_isa())
 
 
 def vector_bits(target) -> int:

@@ -230,6 +230,8 @@ def merge_into_log(
             if previous.get("best_seconds", float("inf")) < manifest["best_seconds"]:
                 for key in ("best_seconds", "best_gflops", "parity", "binding"):
                     manifest[key] = previous[key]
+                for key in ("peak_gflops", "measured_on"):  # absent from older manifests
+                    manifest[key] = previous.get(key)
                 manifest["best_record"] = previous.get("best_record")
         manifest["records"] = len(old) + len(new)
         _atomic_write(folder / MANIFEST_FILE, json.dumps(manifest, indent=2, sort_keys=True))
@@ -246,8 +248,19 @@ def make_manifest(
     gflops: float | None,
     max_rel_error: float,
     workload: Workload | None,
+    machine=None,
+    measured_on: str | None = None,
 ) -> dict:
-    """Everything that decides whether a log may be replayed, and what it recorded."""
+    """Everything that decides whether a log may be replayed, and what it recorded: with
+    ``machine`` (the model the tune bounded with), the compute peak its figures are a
+    fraction of; ``measured_on`` says where the times were taken."""
+    dtype = workload.dtype if workload is not None else None
+    peak = None
+    if machine is not None and dtype is not None:
+        try:
+            peak = machine.peak(dtype)
+        except ValueError:  # a dtype the model has no peak for: no fraction to give
+            peak = None
     return {
         "schema": MANIFEST_SCHEMA,
         "package_version": version("tvm-ext"),
@@ -267,6 +280,8 @@ def make_manifest(
         "parity": {"max_rel_error": max_rel_error, "ok": True},
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "tunes": 1,
+        "peak_gflops": peak / 1e9 if peak is not None else None,
+        "measured_on": measured_on,
     }
 
 
@@ -275,25 +290,42 @@ def find_logs(root) -> Iterable[pathlib.Path]:
     return sorted(p.parent for p in pathlib.Path(root).glob(f"*/*/{MANIFEST_FILE}"))
 
 
-def report(root, machine=None):
-    """One row per log under ``root``: best GFLOP/s, % of peak, binding arm, trials."""
+def _peak_percent(manifest: dict, machine, here_key: str | None):
+    """% of the compute peak of the machine that measured the log: the peak its manifest
+    recorded, else (a log older than that field) this host's when the log is of this
+    host's target; else None (n/a)."""
+    gflops = manifest.get("best_gflops")
+    if not gflops or not str(manifest.get("target_key", "")).startswith("llvm"):
+        return None
+    if manifest.get("peak_gflops"):
+        return 100 * gflops / manifest["peak_gflops"]
+    if machine is None or manifest.get("target_key") != here_key:
+        return None
+    dtype = (manifest.get("workload") or {}).get("args", {}).get("dtype", "float32")
+    try:
+        return 100 * gflops * 1e9 / machine.peak(dtype)
+    except ValueError:
+        return None
+
+
+def report(root, machine=None, here=None):
+    """One row per log under ``root``: best GFLOP/s, % of peak (of the peak recorded with the
+    log; for an older log, this host's ``machine`` when ``here``, this host's target, is the
+    log's; else n/a), binding arm, trials."""
     import pandas as pd
 
+    here_key = target_key(here) if here is not None else None
     rows = []
     for folder in find_logs(root):
         m = read_manifest(folder)
-        gflops = m.get("best_gflops")
-        dtype = (m.get("workload") or {}).get("args", {}).get("dtype", "float32")
-        peak = None
-        if machine is not None and gflops and m.get("target_key", "").startswith("llvm"):
-            peak = 100 * gflops * 1e9 / machine.peak(dtype)
         trials = m.get("trials") or {}
+        peak = _peak_percent(m, machine, here_key)
         rows.append(
             {
                 "target": m.get("target_key"),
                 "workload": m.get("workload_key"),
-                "best GFLOP/s": gflops,
-                "% peak": peak,
+                "best GFLOP/s": m.get("best_gflops"),
+                "% peak": peak if peak is not None else "n/a",
                 "binding": m.get("binding"),
                 "measured": trials.get("measured"),
                 "dropped": trials.get("dropped"),

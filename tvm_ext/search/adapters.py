@@ -41,6 +41,8 @@ class PruneStats:
     dropped: int = 0
     dropped_by_initial_cut: int = 0  # dropped while the incumbent was still the initial cut
     measured: int = 0
+    failed: int = 0  # sent to be built and run, and failed (build error, crash, timeout, ...)
+    first_failure: str | None = None  # the first failure's message
     infeasible: int = 0
     regrets: int = 0
     violations: int = 0
@@ -58,6 +60,7 @@ class PruneStats:
             "dropped",
             "dropped_by_initial_cut",
             "measured",
+            "failed",
             "infeasible",
             "regrets",
             "violations",
@@ -205,9 +208,11 @@ class PruningSearch(ms.search_strategy.PySearchStrategy):
     def notify_runner_results(self, measure_candidates, results) -> None:
         s = self.stats
         incumbent_before = s.incumbent_s
+        failures = []
         for (cand, cost, was_dropped), result in zip(self._pending, results):
             secs = run_seconds(result.run_secs)
             if secs is None:
+                failures.append(failure_message(result.error_msg))
                 continue
             s.measured += 1
             bound = cost.lower_bound_s
@@ -229,8 +234,24 @@ class PruningSearch(ms.search_strategy.PySearchStrategy):
                 )
             if not was_dropped:
                 s.incumbent_s = min(s.incumbent_s, secs)
+        self._count_failures(failures, len(results))
         self._forward(measure_candidates, results)
         self._pending = []
+
+    def _count_failures(self, failures: list[str], sent: int) -> None:
+        s = self.stats
+        s.failed += len(failures)
+        if failures and s.first_failure is None:
+            s.first_failure = failures[0]
+        if s.batches:
+            s.batches[-1]["failed"] = len(failures)
+        if 2 * len(failures) > sent:
+            log.warning(
+                "%d of %d candidates of this batch failed to build or run; the first: %s",
+                len(failures),
+                sent,
+                failures[0],
+            )
 
     def clone(self):
         return PruningSearch(
@@ -243,6 +264,16 @@ class PruningSearch(ms.search_strategy.PySearchStrategy):
             self.audit,
             self.prune,
         )
+
+
+def failure_message(error_msg) -> str:
+    """A failed candidate's error in one line: the first line of MetaSchedule's message, and
+    its last (where a traceback ends with the exception itself)."""
+    lines = [line.strip() for line in str(error_msg or "no error message").splitlines()]
+    lines = [line for line in lines if line]
+    if not lines:
+        return "no error message"
+    return lines[0] if len(lines) == 1 else f"{lines[0]} ... {lines[-1]}"
 
 
 def _ranks(values) -> np.ndarray:

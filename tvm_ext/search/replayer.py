@@ -12,8 +12,10 @@ from typing import Mapping
 from tvm_ext.base import tvm_api
 from tvm_ext.base.errors import (
     CorruptLog,
+    LogError,
     LogVersionWarning,
     NoLogFound,
+    OtherCPUWarning,
     TargetMismatch,
     WorkloadMismatch,
 )
@@ -27,6 +29,7 @@ from tvm_ext.records.logs import (
     apply_trace,
     best_record,
     cpu_model,
+    find_logs,
     log_folder,
     read_json_lines,
     read_manifest,
@@ -36,6 +39,7 @@ from tvm_ext.records.logs import (
     workload_key,
 )
 from tvm_ext.schedules import register_cuda_intrinsics, register_x86_intrinsics
+from tvm_ext.search.portability import portability, runnable_here
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,7 @@ class ReplayResult:
     recorded: Mapping[str, object]
     folder: pathlib.Path
     trace: str
+    same_machine: bool = True  # False: the recorded times come from another CPU (warned)
 
 
 def _workload_of_manifest(manifest: dict, folder: pathlib.Path) -> Workload:
@@ -59,10 +64,25 @@ def _workload_of_manifest(manifest: dict, folder: pathlib.Path) -> Workload:
     return SUITE[spec["kernel"]](**spec["args"])
 
 
+def _log_folder_at(path: pathlib.Path) -> pathlib.Path:
+    """``path`` when it is a log folder, else a :class:`NoLogFound` saying what it is."""
+    if (path / MANIFEST_FILE).exists():
+        return path
+    if not path.exists():
+        raise NoLogFound(f"{path}: no such folder; pass a log folder <root>/<target>/<workload>")
+    logs = list(find_logs(path)) or sorted(p.parent for p in path.glob(f"*/{MANIFEST_FILE}"))
+    if logs:
+        raise NoLogFound(
+            f"{path} holds {len(logs)} logs, not one: pass one log folder, e.g. {logs[0]} "
+            f"(`tvm-ext report {logs[0].parent.parent}` lists them)"
+        )
+    raise NoLogFound(f"{path} is not a tuning log: it has no {MANIFEST_FILE}")
+
+
 def _resolve(obj, target, log_dir):
     """(folder, func, workload) for a Workload, IRModule/PrimFunc, or a log folder path."""
-    if isinstance(obj, (str, pathlib.Path)) and (pathlib.Path(obj) / "manifest.json").exists():
-        folder = pathlib.Path(obj)
+    if isinstance(obj, (str, pathlib.Path)):
+        folder = _log_folder_at(pathlib.Path(obj))
         workload = _workload_of_manifest(read_manifest(folder), folder)
         return folder, workload.func, workload
     if isinstance(obj, Workload):
@@ -106,22 +126,47 @@ def _check_workload(manifest: dict, func, folder: pathlib.Path) -> None:
     )
 
 
-def _check_target(manifest: dict, target, folder: pathlib.Path, allow_other_target: bool) -> None:
-    recorded_cpu, here = manifest.get("cpu_model"), cpu_model()
-    problems = []
-    if manifest.get("target_key") != target_key(target):
-        problems.append(f"target {manifest.get('target_key')} vs {target_key(target)}")
-    if target.kind.name == "llvm" and recorded_cpu and recorded_cpu != here:
-        problems.append(f"CPU {recorded_cpu!r} vs {here!r}")
-    if not problems:
-        return
-    message = f"{folder} was tuned elsewhere: " + "; ".join(problems)
+def _check_target(manifest: dict, sch, target, folder, allow_other_target: bool):
+    """Whether the log's schedule replays for ``target`` (see
+    :mod:`tvm_ext.search.portability`): a :class:`TargetMismatch` naming what is missing,
+    unless ``allow_other_target``."""
+    missing_here = runnable_here(target)
+    if missing_here:
+        raise TargetMismatch(
+            f"this host cannot run code built for {target_key(target)}: its CPU lacks "
+            f"{', '.join(missing_here)}; replay with this host's target (target=None)"
+        )
+    verdict = portability(manifest, sch, target)
+    if verdict.replays:
+        return verdict
+    message = (
+        f"{folder} (tuned on {manifest.get('target_key')}) does not replay on "
+        f"{target_key(target)}: {verdict.reason}"
+    )
     if not allow_other_target:
         raise TargetMismatch(
-            message + ". Pass allow_other_target=True to replay it anyway "
-            "(its times will not transfer), or tune here."
+            message
+            + ". Pass allow_other_target=True (tvm-ext replay --allow-other-target) to replay it "
+            "anyway (built for this target; its recorded times will not transfer), or tune here."
         )
     warnings.warn(message + "; replaying anyway (allow_other_target=True)", stacklevel=3)
+    return verdict
+
+
+def _warn_other_cpu(folder, manifest: dict, m: Measurement, target) -> None:
+    """Recorded and replayed figures side by side, for a log timed on another CPU."""
+    rec_s, rec_g = manifest.get("best_seconds"), manifest.get("best_gflops")
+    recorded = f"{rec_s * 1e3:.4g} ms" if isinstance(rec_s, (int, float)) else "no time"
+    recorded += f", {rec_g:.4g} GFLOP/s" if isinstance(rec_g, (int, float)) else ""
+    replayed = f"{m.seconds * 1e3:.4g} ms" + (f", {m.gflops:.4g} GFLOP/s" if m.gflops else "")
+    warnings.warn(
+        f"{folder} was timed on {manifest.get('target_key')} "
+        f"({manifest.get('cpu_model') or 'unknown CPU'}); its recorded times come from that CPU "
+        f"and do not transfer: recorded {recorded}; replayed here on {target_key(target)} "
+        f"({cpu_model()}) {replayed}",
+        OtherCPUWarning,
+        stacklevel=3,
+    )
 
 
 def apply_logged_trace(func, trace_json):
@@ -140,12 +185,17 @@ def replay(
 
     ``obj`` is a Workload, IRModule or PrimFunc (its log is found under ``log_dir`` by target
     and workload key), or the path of one log folder (the workload stored in the log).
+
+    A log tuned on another CPU replays when ``target``'s CPU has every ISA feature its
+    schedule uses (:mod:`tvm_ext.search.portability`), built for ``target``, with an
+    :class:`~tvm_ext.base.errors.OtherCPUWarning` showing the recorded and the replayed
+    figures; it is refused with a :class:`~tvm_ext.base.errors.TargetMismatch` naming the
+    missing features, or across target kinds, unless ``allow_other_target``.
     """
     target = as_target(target)
     folder, func, workload = _resolve(obj, target, log_dir)
     manifest = read_manifest(folder)
     _check_workload(manifest, func, folder)
-    _check_target(manifest, target, folder, allow_other_target)
     if manifest.get("tvm_version") != tvm_api.TVM_VERSION:
         warnings.warn(
             f"{folder} was written by TVM {manifest.get('tvm_version')}, this is "
@@ -153,6 +203,20 @@ def replay(
             LogVersionWarning,
             stacklevel=2,
         )
+    trace_json = logged_trace(folder, manifest)
+    sch = _apply(func, trace_json, folder)
+    verdict = _check_target(manifest, sch, target, folder, allow_other_target)
+    m = measure(sch, workload, target, reference=None if workload else func, repeat=repeat)
+    if not verdict.same_machine:
+        _warn_other_cpu(folder, manifest, m, target)
+    keys = ("best_seconds", "best_gflops", "parity", "date", "cpu_model", "threads", "trials",
+            "policy", "target_key", "peak_gflops", "measured_on")  # fmt: skip
+    recorded = {k: manifest.get(k) for k in keys}
+    return ReplayResult(sch.mod, m, recorded, folder, json.dumps(trace_json), verdict.same_machine)
+
+
+def logged_trace(folder: pathlib.Path, manifest: dict):
+    """The trace (JSON) of the record the log's manifest chose, else of its fastest record."""
     chosen = manifest.get("best_record")
     if chosen is not None and (isinstance(chosen, bool) or not isinstance(chosen, int)):
         raise CorruptLog(f"{folder / MANIFEST_FILE}: best_record={chosen!r} is not a line number")
@@ -161,36 +225,34 @@ def replay(
         raise CorruptLog(
             f"{folder / WORKLOADS_FILE}: expected one workload, found {len(workloads)}"
         )
-    trace_json = best_record(folder, chosen).trace_json
+    return best_record(folder, chosen).trace_json
+
+
+def _apply(func, trace_json, folder: pathlib.Path):
     try:
-        sch = apply_logged_trace(func, trace_json)
+        return apply_logged_trace(func, trace_json)
     # A damaged trace fails inside TVM (TVM 0.27's FFI raises Python's built-in error types:
     # RuntimeError, ValueError, ...) or as the error of whichever conversion met the wrong
     # type first.
-    except (
-        RuntimeError,
-        TypeError,
-        ValueError,
-        IndexError,
-        KeyError,
-        AttributeError,
-    ) as err:
+    except (RuntimeError, TypeError, ValueError, IndexError, KeyError, AttributeError) as err:
         raise CorruptLog(
             f"{folder / RECORDS_FILE}: the best record does not apply to this "
             f"workload ({str(err).splitlines()[0]})"
         ) from err
-    m = measure(sch, workload, target, reference=None if workload else func, repeat=repeat)
-    recorded = {
-        k: manifest.get(k)
-        for k in (
-            "best_seconds",
-            "best_gflops",
-            "parity",
-            "date",
-            "cpu_model",
-            "threads",
-            "trials",
-            "policy",
-        )
-    }
-    return ReplayResult(sch.mod, m, recorded, folder, json.dumps(trace_json))
+
+
+def replays_here(folder, target=None) -> str:
+    """Whether the log in ``folder`` replays for ``target`` (default this host), in a few
+    words: ``yes``, ``yes (times from ...)`` or ``no: <why>`` (for reports)."""
+    folder = pathlib.Path(folder)
+    try:
+        target = as_target(target)
+        manifest = read_manifest(folder)
+        workload = _workload_of_manifest(manifest, folder)
+        sch = _apply(workload.func, logged_trace(folder, manifest), folder)
+    except LogError as err:
+        return f"no: {str(err).splitlines()[0]}"
+    missing_here = runnable_here(target)
+    if missing_here:
+        return f"no: this host lacks {', '.join(missing_here)}"
+    return portability(manifest, sch, target).summary

@@ -22,10 +22,17 @@ from dataclasses import dataclass
 from typing import Iterator, Literal
 
 from tvm_ext.base import tvm_api
-from tvm_ext.base.errors import ParityError, PolicyError, ScheduleNotApplicable, TvmExtError
+from tvm_ext.base.errors import (
+    DeviceError,
+    ParityError,
+    PolicyError,
+    ScheduleNotApplicable,
+    TuneError,
+)
+from tvm_ext.facts.device import Tracker
 from tvm_ext.facts.kernels import Workload, from_func
-from tvm_ext.facts.machine import MachineModel, host_machine
-from tvm_ext.facts.measure import Measurement, measure
+from tvm_ext.facts.machine import MachineModel, device_machine, host_machine
+from tvm_ext.facts.measure import Measurement, kernel_name, measure
 from tvm_ext.facts.target import as_target, host_target, target_cores
 from tvm_ext.records.logs import (
     RECORDS_FILE,
@@ -37,6 +44,7 @@ from tvm_ext.records.logs import (
     structural_hash,
 )
 from tvm_ext.search.builder import PersistentBuilder
+from tvm_ext.search.remote import DeviceRunner, reach, tracker_of
 from tvm_ext.search.space import design_space
 
 log = logging.getLogger("tvm_ext.tune")
@@ -45,35 +53,57 @@ Source = Literal["search", "hand schedule"]
 
 @dataclass(frozen=True)
 class Task:
-    """One function to tune: its module (``{"main": func}``), workload, target and machine."""
+    """One function to tune: its module (``{"main": func}``), workload, target, machine model
+    and where it is measured (``tracker`` None: this host)."""
 
-    name: str
+    name: str  # the user's name of the function (its global_symbol)
     mod: "tvm_api.IRModule"
     func: "tvm_api.PrimFunc"
     workload: Workload | None  # the numpy reference, when the function is a suite kernel
     target: "tvm_api.Target"
     cores: int
-    machine: MachineModel | None  # the roofline for llvm targets
+    machine: MachineModel | None  # the roofline for llvm targets (the devices' with a tracker)
+    tracker: Tracker | None = None  # the devices every measurement runs on
 
     @property
     def label(self) -> str:
         return self.workload.key if self.workload is not None else self.name
 
+    @property
+    def where(self) -> str:
+        return "this host" if self.tracker is None else self.tracker.where
 
-def prepare(mod, target=None, workload: Workload | None = None, name: str = "main", *,
-            with_machine: bool = True) -> Task:  # fmt: skip
-    """A :class:`Task` from a PrimFunc, a one-function IRModule, a Schedule or a suite Workload
-    (``with_machine``: look up the roofline of an llvm target; a stock search needs none)."""
+
+def prepare(mod, target=None, workload: Workload | None = None, name: str | None = None, *,
+            with_machine: bool = True, machine: MachineModel | None = None,
+            runner=None) -> Task:  # fmt: skip
+    """A :class:`Task` from a PrimFunc, a one-function IRModule, a Schedule or a suite Workload.
+
+    ``with_machine``: look up the roofline of an llvm target (a stock search needs none):
+    ``machine`` when given, else the devices' model when ``runner`` measures on devices
+    (probed there once per key, cached), else this host's. A device runner's tracker is asked
+    first: a :class:`TuneError` says at once when no device answers.
+    """
     target = as_target(target)
     cores = target_cores(target) if target.kind.name == "llvm" else 1
     if isinstance(mod, Workload):  # a suite workload: its function, and it is the reference
         workload = mod if workload is None else workload
         mod = mod.func
+    name = name if name is not None else kernel_name(mod)
     func = tvm_api.main_func(tvm_api.as_module(mod)).with_attr("global_symbol", "main")
     workload = workload if workload is not None else from_func(func)
-    llvm = target.kind.name == "llvm" and with_machine
-    machine = host_machine(host_target(num_cores=cores)) if llvm else None
-    return Task(name, tvm_api.IRModule({"main": func}), func, workload, target, cores, machine)
+    tracker = tracker_of(runner)
+    label = workload.key if workload is not None else name
+    if tracker is not None:
+        reach(tracker, label)
+    if machine is None and target.kind.name == "llvm" and with_machine:
+        machine = (
+            host_machine(host_target(num_cores=cores))
+            if tracker is None
+            else device_machine(target, tracker)
+        )
+    mod = tvm_api.IRModule({"main": func})
+    return Task(name, mod, func, workload, target, cores, machine, tracker)
 
 
 @dataclass
@@ -94,13 +124,14 @@ def open_session(task: Task, work_dir=None, runner=None, build_timeout_s: float 
     MetaSchedule's logging is restored and a temporary work dir is removed."""
     started = time.perf_counter()
     kept = work_dir is not None
-    work_dir = str(work_dir) if kept else tempfile.mkdtemp(prefix="tvm-ext-tune-")
-    os.makedirs(work_dir, exist_ok=True)
     own_runner = runner is None
-    # Build workers start first and finish importing TVM before anything is timed: their
-    # start-up on the same cores would make the hand schedule (the initial cut) look slow.
-    builder = PersistentBuilder(workers=max(task.cores, 1), timeout_s=build_timeout_s)
+    builder = None
     try:
+        work_dir = str(work_dir) if kept else tempfile.mkdtemp(prefix="tvm-ext-tune-")
+        os.makedirs(work_dir, exist_ok=True)
+        # Build workers start first and finish importing TVM before anything is timed: their
+        # start-up on the same cores would make the hand schedule (the initial cut) look slow.
+        builder = PersistentBuilder(workers=max(task.cores, 1), timeout_s=build_timeout_s)
         if own_runner:
             runner = tvm_api.ms.runner.LocalRunner(
                 initializer=functools.partial(tvm_api.set_runner_threads, task.cores)
@@ -108,11 +139,20 @@ def open_session(task: Task, work_dir=None, runner=None, build_timeout_s: float 
         with routed_logs(work_dir) as logger:
             yield Session(work_dir, kept, builder, runner, logger, started)
     finally:
-        builder.shutdown()
-        if own_runner and runner is not None:
-            runner.pool.shutdown()
-        if not kept:
+        _close(builder, runner, own_runner)
+        if not kept and work_dir is not None:
             shutil.rmtree(work_dir, ignore_errors=True)
+
+
+def _close(builder, runner, own_runner: bool) -> None:
+    """Stop the build workers, our runner's workers and a device runner's (it restarts them
+    when used again): no process outlives the tune, whether it succeeded or not."""
+    if builder is not None:
+        builder.shutdown()
+    if own_runner and runner is not None:
+        runner.pool.shutdown()
+    elif isinstance(runner, DeviceRunner):
+        runner.close()
 
 
 @contextlib.contextmanager
@@ -172,7 +212,7 @@ def seed(task: Task, session: Session, folder=None, use_hand: bool = True) -> Se
     hand_s, ready = math.inf, None
     if hand is not None:
         session.builder.wait_ready()
-        hand_s = measure(hand, task.workload, task.target, repeat=5, min_repeat_ms=20).seconds
+        hand_s = measure_on_task(task, hand, repeat=5, min_repeat_ms=20).seconds
         ready = time.perf_counter() - session.started
     log_best = copy_log_into(folder, session.work_dir, task.func) if folder else math.inf
     database = tvm_api.ms.database.JSONDatabase(work_dir=session.work_dir)
@@ -187,6 +227,19 @@ def seed(task: Task, session: Session, folder=None, use_hand: bool = True) -> Se
         )
         database.commit_tuning_record(record)
     return Seed(database, hand, hand_s, log_best, ready)
+
+
+def measure_on_task(task: Task, sch, **options) -> Measurement:
+    """:func:`~tvm_ext.facts.measure.measure` where the task measures (this host or one of its
+    devices), against the task's machine model, named as the user named the kernel. A device
+    that cannot be reached is a :class:`TuneError`."""
+    reference = None if task.workload else task.func
+    try:
+        return measure(sch, task.workload, task.target, reference=reference,
+                       machine=task.machine, tracker=task.tracker, label=task.label,
+                       **options)  # fmt: skip
+    except DeviceError as err:
+        raise TuneError(f"tuning {task.label}: {err}", first_failure=str(err)) from err
 
 
 def copy_log_into(folder, work_dir: str, func) -> float:
@@ -263,6 +316,24 @@ def search(task: Task, session: Session, seeded: Seed, stats, *, policy, bound_p
         raise stats.policy_error from err
     finally:
         bar.close()
+    check_measured(task, stats)
+
+
+def check_measured(task: Task, stats) -> None:
+    """Raise a :class:`TuneError` when candidates were sent to be measured and none was: the
+    count and the first failure's message (connection refused, no server for the key, a
+    build error, a timeout) say why."""
+    if stats.measured == 0 and stats.failed > 0:
+        raise TuneError(
+            f"tuning {task.label} measured nothing: {_all_candidates(stats.failed)} failed to "
+            f"build or run (on {task.where}); the first failure: {stats.first_failure}",
+            failed=stats.failed,
+            first_failure=stats.first_failure,
+        )
+
+
+def _all_candidates(n: int) -> str:
+    return "the one candidate" if n == 1 else f"all {n} candidates"
 
 
 @dataclass(frozen=True)
@@ -289,20 +360,19 @@ def select(task: Task, session: Session, seeded: Seed, bound_policy) -> Selectio
 
     best = best_in(task, seeded.database)
     if best is None:
-        raise TvmExtError(
+        raise TuneError(
             f"tuning {task.label} measured no valid candidate; pass work_dir= to keep "
             "MetaSchedule's logs"
         )
     hand = seeded.hand
     source: Source = "hand schedule" if hand is not None and _same(best, hand) else "search"
-    reference = None if task.workload else task.func
     try:
-        result = measure(best, task.workload, task.target, reference=reference)
+        result = measure_on_task(task, best)
     except ParityError:
         log.error("the best candidate of %s failed parity", task.label)
         raise
     if source == "search" and hand is not None:
-        hand_m = measure(hand, task.workload, task.target)
+        hand_m = measure_on_task(task, hand)
         if hand_m.seconds < result.seconds:
             best, result, source = hand, hand_m, "hand schedule"
     cost = evaluate(bound_policy, best, task.target, machine=task.machine, workload=task.workload)
@@ -329,6 +399,8 @@ def persist(folder, task: Task, session: Session, policy, stats, chosen: Selecti
         gflops=flops / best / 1e9 if flops and math.isfinite(best) else None,
         max_rel_error=result.max_rel_error if result is not None else None,
         workload=task.workload,
+        machine=task.machine,
+        measured_on=task.where,
     )
     manifest["binding"] = chosen.cost.binding if chosen is not None else None
     if result is None:
@@ -345,6 +417,7 @@ def checked_trials(trials) -> int:
 
 __all__ = [
     "PolicyError",
+    "TuneError",
     "Seed",
     "Selection",
     "Session",

@@ -34,3 +34,23 @@ def faulty_run_evaluator(state_dir, plan, rt_mod, device, evaluator_config, repe
     return tvm_api.ms.runner.local_runner.default_run_evaluator(
         rt_mod, device, evaluator_config, repeated_args
     )
+
+
+@tvm_api.derived_object
+class FailingBuilder(tvm_api.ms.builder.PyBuilder):
+    """A stand-in for :class:`~tvm_ext.search.builder.PersistentBuilder` whose every build
+    fails with ``message`` (as a build error of every candidate would)."""
+
+    def __init__(self, workers: int = 1, timeout_s: float = 0.0, message: str = "injected"):
+        super().__init__()
+        self.message = message
+
+    def wait_ready(self) -> None:
+        pass
+
+    def build(self, build_inputs):
+        ms = tvm_api.ms
+        return [ms.builder.BuilderResult(None, self.message) for _ in build_inputs]
+
+    def shutdown(self) -> None:
+        pass

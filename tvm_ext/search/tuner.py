@@ -9,12 +9,14 @@ from types import MappingProxyType
 from typing import Mapping
 
 from tvm_ext.base import tvm_api
-from tvm_ext.base.errors import PolicyError
+from tvm_ext.base.errors import PolicyError, TuneError
 from tvm_ext.facts.kernels import Workload
+from tvm_ext.facts.machine import MachineModel
 from tvm_ext.facts.measure import Measurement
 from tvm_ext.records.logs import log_folder
 from tvm_ext.search import stages
 from tvm_ext.search.adapters import PruneStats
+from tvm_ext.search.remote import unknown_runner_warning
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,7 @@ class TuneResult:
     source: stages.Source  # "search", or "hand schedule" when the seed won
     work_dir: str | None  # MetaSchedule's working directory, when kept (logs in <work_dir>/logs)
     log_folder: str | None  # the frozen log this tune added its records to, if log_dir was given
+    measured_on: str = "this host"  # where every time of the tune was measured
 
 
 def tune(
@@ -46,6 +49,7 @@ def tune(
     progress: bool = True,
     hand_schedule: bool = True,
     work_dir=None,
+    machine: MachineModel | None = None,
 ) -> TuneResult:
     """Tune a PrimFunc, single-function IRModule or suite Workload for ``target`` (default the
     host CPU).
@@ -58,6 +62,15 @@ def tune(
     a seed, and the result is never slower than it. Measurement uses the target's
     ``num-cores`` threads; the winner is parity-checked and measured again.
 
+    ``runner`` measures the candidates (default this host). With
+    :func:`~tvm_ext.search.remote.rpc_runner` every measurement runs on the devices behind its
+    tracker: the candidates, the hand schedule and the winner; the bound then uses
+    ``machine`` (the devices' :class:`~tvm_ext.facts.machine.MachineModel`), else a model
+    probed on one device once per key and cached. ``machine`` also overrides this host's model.
+    When candidates were sent and none could be measured (no device, every build failing),
+    a :class:`~tvm_ext.base.errors.TuneError` says how many failed and why; ``stats["failed"]``
+    counts failures of a tune that did measure.
+
     With ``log_dir`` (e.g. ``"tuning_logs"``) the records join the frozen log
     ``<log_dir>/<target key>/<workload key>/`` (see :mod:`tvm_ext.records.logs`); an existing
     log of the same workload seeds the search and tightens the initial cut. The log is written
@@ -67,7 +80,8 @@ def tune(
     ``work_dir`` is kept, a temporary one is always removed.
     """
     stages.checked_trials(trials)
-    task = stages.prepare(mod, target, workload)
+    unknown_runner_warning(runner)
+    task = stages.prepare(mod, target, workload, machine=machine, runner=runner)
     policy, bound_policy = _policies(policy)
     folder = log_folder(log_dir, task.target, task.func) if log_dir is not None else None
     stats = PruneStats()
@@ -77,7 +91,7 @@ def tune(
             stages.search(task, session, seeded, stats, policy=policy, bound_policy=bound_policy,
                           trials=trials, batch=batch, seed=seed, audit=audit,
                           progress=progress)  # fmt: skip
-        except (KeyboardInterrupt, PolicyError):
+        except (KeyboardInterrupt, PolicyError, TuneError):
             if folder is not None:  # every record measured so far is kept
                 stages.persist(folder, task, session, policy, stats, None)
             raise
@@ -88,7 +102,7 @@ def tune(
         kept = session.work_dir if session.kept else None
     return TuneResult(chosen.sch.mod, chosen.measurement, str(chosen.sch.trace), summary,
                       chosen.cost.binding, chosen.source, kept,
-                      str(folder) if folder is not None else None)  # fmt: skip
+                      str(folder) if folder is not None else None, task.where)  # fmt: skip
 
 
 def _policies(policy):
