@@ -5,30 +5,13 @@ from __future__ import annotations
 import datetime
 import pathlib
 import re
-import statistics
-import time
 
 import pandas as pd
 
+from tvm_ext.facts.measure import time_callable  # noqa: F401 (the bench scripts' timer)
 from tvm_ext.records.logs import cpu_model as cpu_name  # every figure names the CPU it ran on
 
 README = pathlib.Path(__file__).with_name("README.md")
-
-
-def time_callable(fn, min_seconds: float = 0.05, repeat: int = 7) -> float:
-    """Median seconds per call of ``fn`` over ``repeat`` samples of at least ``min_seconds``."""
-    fn()
-    start = time.perf_counter()
-    fn()
-    once = max(time.perf_counter() - start, 1e-7)
-    number = max(1, int(min_seconds / once))
-    samples = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        for _ in range(number):
-            fn()
-        samples.append((time.perf_counter() - start) / number)
-    return statistics.median(samples)
 
 
 def write_section(name: str, header: str, table: pd.DataFrame) -> None:

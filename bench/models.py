@@ -28,7 +28,6 @@ import shlex  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
 
-import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from _common import cpu_name, time_callable, write_section  # noqa: E402
 from threadpoolctl import threadpool_info, threadpool_limits  # noqa: E402
@@ -36,88 +35,11 @@ from threadpoolctl import threadpool_info, threadpool_limits  # noqa: E402
 import tvm_ext  # noqa: E402
 from tvm_ext import models  # noqa: E402
 from tvm_ext.base.tvm_api import physical_cores  # noqa: E402
+from tvm_ext.facts.models_torch import torch_callable  # noqa: E402
 from tvm_ext.facts.target import target_cpu  # noqa: E402
 from tvm_ext.search.compile import compile_untuned  # noqa: E402
 
 COLUMNS = ["TVM untuned", "ours", "torch eager", "torch.compile", "onnxruntime"]
-
-
-# -- the zoo in torch: the same weights (by spec name), the same computation ----------------
-
-
-def _linear(F, x, w, name):
-    return F.linear(x, w[f"{name}.weight"], w.get(f"{name}.bias"))
-
-
-def torch_mlp(w, x):
-    import torch.nn.functional as F
-
-    return _linear(F, F.relu(_linear(F, x, w, "fc1")), w, "fc2")
-
-
-def torch_encoder(w, x, heads):
-    import torch.nn.functional as F
-
-    b, s, h = x.shape
-    q, k, v = (
-        _linear(F, x, w, n).view(b, s, heads, h // heads).transpose(1, 2)
-        for n in ("query", "key", "value")
-    )
-    p = F.softmax(q @ k.transpose(-1, -2) / (h // heads) ** 0.5, dim=-1)
-    ctx = (p @ v).transpose(1, 2).reshape(b, s, h)
-    x = F.layer_norm(
-        x + _linear(F, ctx, w, "attn_out"), (h,), w["attn_norm.weight"], w["attn_norm.bias"], 1e-12
-    )
-    ffn = _linear(F, F.gelu(_linear(F, x, w, "ffn_in")), w, "ffn_out")
-    return F.layer_norm(x + ffn, (h,), w["ffn_norm.weight"], w["ffn_norm.bias"], 1e-12)
-
-
-def torch_decoder(w, x, heads):
-    import torch
-    import torch.nn.functional as F
-
-    b, s, h = x.shape
-    d = h // heads
-    cos, sin = (torch.tensor(t, dtype=torch.float32) for t in models.rope_tables(s, d))
-
-    def rms(t, weight):
-        return t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-5) * weight
-
-    def rope(t):  # (b, s, heads, d)
-        return t * cos + torch.cat([-t[..., d // 2 :], t[..., : d // 2]], dim=-1) * sin
-
-    n = rms(x, w["input_norm.weight"])
-    q, k, v = (_linear(F, n, w, p).view(b, s, heads, d) for p in ("q_proj", "k_proj", "v_proj"))
-    q, k, v = rope(q).transpose(1, 2), rope(k).transpose(1, 2), v.transpose(1, 2)
-    ctx = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2)
-    x = x + _linear(F, ctx.reshape(b, s, h), w, "o_proj")
-    n = rms(x, w["post_norm.weight"])
-    gated = F.silu(_linear(F, n, w, "gate_proj")) * _linear(F, n, w, "up_proj")
-    return x + _linear(F, gated, w, "down_proj")
-
-
-def torch_resnet(w, x):
-    import torch.nn.functional as F
-
-    i = 0
-    while f"blocks.{i}.conv1.weight" in w:
-        p = f"blocks.{i}"
-        y = F.relu(F.conv2d(x, w[f"{p}.conv1.weight"], w[f"{p}.conv1.bias"], padding=1))
-        x = F.relu(F.conv2d(y, w[f"{p}.conv2.weight"], w[f"{p}.conv2.bias"], padding=1) + x)
-        i += 1
-    return x
-
-
-def torch_forward(model):
-    """``f(weights, *inputs)`` in torch for a zoo model."""
-    if model.name in ("encoder", "decoder"):
-        shapes, fn = {
-            "encoder": (models.ENCODER, torch_encoder),
-            "decoder": (models.DECODER, torch_decoder),
-        }[model.name]
-        heads = shapes[model.size].heads
-        return lambda w, x: fn(w, x, heads)
-    return {"mlp": torch_mlp, "resnet": torch_resnet}[model.name]
 
 
 def blas_report() -> str:
@@ -144,40 +66,21 @@ def _torch_capability(torch) -> str:
 def torch_contenders(model, cores: int, use_compile: bool):
     """{name: callable} for torch eager and torch.compile, parity-checked; skips say why."""
     try:
-        import torch
+        import torch  # noqa: F401
     except ImportError:
         return {}, {"torch eager": "torch not installed (pip install -e '.[bench]')"}
-    torch.set_num_threads(cores)
-    weights = {k: torch.tensor(np.array(v)) for k, v in model.weights.items()}
-    inputs = [torch.tensor(np.array(a)) for a in model.inputs]
-    forward = torch_forward(model)
-    eager = _torch_callable(torch, lambda: forward(weights, *inputs))
-    found, skipped = {"torch eager": eager}, {}
-    if use_compile:
-        try:
-            compiled = torch.compile(lambda *xs: forward(weights, *xs), dynamic=False)
-            found["torch.compile"] = _torch_callable(torch, lambda: compiled(*inputs))
-        except Exception as err:  # inductor needs a C++ toolchain and more; report, go on
-            skipped["torch.compile"] = f"{type(err).__name__}: {str(err).splitlines()[0][:120]}"
-    else:
+    found, skipped = {}, {}
+    kinds = {"torch eager": False, "torch.compile": True} if use_compile else {"torch eager": False}
+    if not use_compile:
         skipped["torch.compile"] = "--no-torch-compile"
-    ref = model.reference()
-    for name, fn in list(found.items()):
-        out = fn().numpy()
-        err = float(np.max(np.abs(out - ref)) / np.mean(np.abs(ref)))
-        if not err <= 1e-4:
-            skipped[name] = f"parity: max error {err:.2g} of the mean |reference|"
-            del found[name]
+    for name, compile_ in kinds.items():
+        try:
+            found[name] = torch_callable(model, cores, compile_)
+        except ValueError as err:  # parity
+            skipped[name] = str(err)
+        except Exception as err:  # inductor needs a C++ toolchain and more; report, go on
+            skipped[name] = f"{type(err).__name__}: {str(err).splitlines()[0][:120]}"
     return found, skipped
-
-
-def _torch_callable(torch, fn):
-    def call():
-        with torch.inference_mode():
-            return fn()
-
-    call()  # warm-up (torch.compile compiles here)
-    return call
 
 
 def onnxruntime_skip() -> str:

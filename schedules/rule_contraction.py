@@ -55,7 +55,7 @@ def schedule_func(func, target):
     epilogue = [b for b in rest if b is not main]
     if epilogue and (rest.index(main) != 0 or not epilogue[0].is_injective()):
         return None  # a block before the reduction that cannot be inlined: not this shape
-    axes = find_axes(sch, main)
+    axes = find_axes(sch, main, weights=weight_names(func), lanes=lanes_for(target, 32))
     if axes is None:
         return None
     mr, nr = tile_sizes(main, axes, target)
@@ -82,8 +82,7 @@ def pack_operands(sch, func, block, axes: Axes, nr: int):
     """
     stmt = sch.get(block.block_rv)
     vector = block.iters[axes.vector].var.name
-    free = {int(i) for i in (func.attrs.get("layout_free_buffers", []) if func.attrs else [])}
-    free_names = {func.params[i].name for i in free if i < len(func.params)}
+    free_names = weight_names(func)
     packs, weights = [], []
     for index, read in enumerate(stmt.reads):
         dims = [_vars_of(d.min) for d in read.region]
@@ -130,8 +129,21 @@ def _permutation(order: list[int], dtype: str):
     )
 
 
-def find_axes(sch, block) -> Axes | None:
-    """Which iterator is the vector axis and which the row axis, from the block's accesses."""
+def weight_names(func) -> set[str]:
+    """Names of the parameters Relax marked layout-free (the model's weights)."""
+    free = {int(i) for i in (func.attrs.get("layout_free_buffers", []) if func.attrs else [])}
+    return {func.params[i].name for i in free if i < len(func.params)}
+
+
+def find_axes(sch, block, weights: set[str] = frozenset(), lanes: int = 1) -> Axes | None:
+    """Which iterator is the vector axis and which the row axis, from the block's accesses.
+
+    The vector axis is the output's last dimension (unit-stride stores), unless that axis
+    streams activations while a weight is indexed by another spatial iterator of whole
+    vectors (``F`` of an NCHW conv: the output's last axis is its width): then the vectors run
+    along that weight axis (packed into panels, one contiguous vector load per step feeds
+    ``mr`` broadcasts of the activations), the row axis is the output's last dimension, and
+    the accumulator tile keeps the vector axis innermost."""
     stmt = sch.get(block.block_rv)
     kinds = block.dom_kind()
     names = [it.var.name for it in block.iters]  # unit iterators are left out of both
@@ -145,13 +157,48 @@ def find_axes(sch, block) -> Axes | None:
     vector = names.index(last.name)
     if vector not in spatial:
         return None
-    # Operands read along the vector axis (it indexes their last dimension).
-    streamed = [r for r in stmt.reads if last.name in _vars_of(r.region[-1].min)]
+    extents = [int(d) for d in block.dom()]
+    along = _weight_axis(stmt, names, spatial, weights, lanes, extents)
+    if along is not None and not _indexes_weight(stmt, last.name, weights):
+        vector, preferred = along, names.index(last.name)
+    else:
+        preferred = None
+    # Operands read along the vector axis (it indexes one of their dimensions).
+    streamed = [r for r in stmt.reads if any(names[vector] in _vars_of(d.min) for d in r.region)]
     used = set().union(set(), *(_vars_of(d.min) for r in streamed for d in r.region))
     rows = [i for i in spatial if i != vector and names[i] not in used]
-    extents = block.dom()
-    row = max(rows, key=lambda i: int(extents[i])) if rows else None
+    if preferred in rows:
+        row = preferred
+    else:
+        row = max(rows, key=lambda i: extents[i]) if rows else None
     return Axes(spatial, reduction, vector, row)
+
+
+def _read_along(read, var: str) -> bool:
+    """Whether ``var`` alone indexes one of the dimensions of ``read``."""
+    dims = [_vars_of(d.min) for d in read.region]
+    return any(d == {var} for d in dims)
+
+
+def _indexes_weight(stmt, var: str, weights: set[str]) -> bool:
+    return any(r.source.name in weights and _read_along(r, var) for r in stmt.reads)
+
+
+def _weight_axis(stmt, names, spatial, weights, lanes, extents) -> int | None:
+    """A spatial iterator of whole vectors that alone indexes a dimension of a weight and that
+    no other operand uses (an output channel), or None."""
+    if lanes <= 1:
+        return None
+    others = set().union(
+        set(), *(_vars_of(d.min) for r in stmt.reads if r.source.name not in weights
+                 for d in r.region)
+    )  # fmt: skip
+    for i in spatial:
+        if extents[i] % lanes or names[i] in others:
+            continue
+        if _indexes_weight(stmt, names[i], weights):
+            return i
+    return None
 
 
 def _tile_size(extent: int, limit: int, step: int = 1) -> int:
@@ -195,6 +242,7 @@ def tile(sch, block, axes: Axes, target, epilogue, sizes: tuple[int, int]) -> No
     reductions = [loops[i] for i in axes.reduction]
     sch.reorder(*outer, *reductions, *inner)
     acc = sch.cache_write(block.block_rv, 0, ACC_SCOPE)
+    _vector_innermost(sch, block, axes)
     sch.reverse_compute_at(acc, outer[-1])
     if epilogue is not None:
         sch.reverse_compute_inline(epilogue.block_rv)
@@ -214,6 +262,18 @@ def tile(sch, block, axes: Axes, target, epilogue, sizes: tuple[int, int]) -> No
         _parallel(sch, outer)  # before the init is split off: a loop over it must be complete
     init = sch.decompose_reduction(block.block_rv, reductions[0])
     sch.vectorize(sch.get_loops(init)[-1])
+
+
+def _vector_innermost(sch, block, axes: Axes) -> None:
+    """When the vector axis is not the output's last dimension (a weight axis), lay the
+    accumulator tile out with it last, so each accumulator is one contiguous vector."""
+    region = sch.get(block.block_rv).writes[0].region
+    vector = block.iters[axes.vector].var.name
+    at = [i for i, d in enumerate(region) if vector in _vars_of(d.min)]
+    if len(at) != 1 or at[0] == len(region) - 1:
+        return
+    order = [i for i in range(len(region)) if i != at[0]] + at
+    sch.transform_layout(block.block_rv, ("write", 0), _permutation(order, str(region[0].min.ty)))
 
 
 def _parallel(sch, outer) -> None:

@@ -59,7 +59,7 @@ def _parallel_rows(sch, block, target) -> None:
     if work(block) >= PARALLEL_MIN_WORK:
         sch.parallel(fused)
     if partial is not None:
-        sch.compute_at(partial, fused)
+        sch.compute_at(partial, fused, preserve_unit_loops=True)  # k0 may be a unit loop
         k1, k0 = sch.get_loops(partial)[-2:]
         sch.reorder(k0, k1)
         sch.vectorize(k1)

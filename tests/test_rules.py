@@ -5,6 +5,8 @@ Every case is checked against the unscheduled build of the same function on rand
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import tvm
@@ -79,6 +81,30 @@ def test_nhwc_conv_with_padding_keeps_the_pad_a_stage(host):
     assert (
         "if_then_else" not in text.split('T.sblock("conv2d_nhwc_update")')[1].split("T.sblock")[0]
     )
+
+
+def test_nchw_conv_with_weights_vectorizes_output_channels(host):
+    """An NCHW conv's output rows are its width (here 10: no whole vectors); with the weight
+    marked layout-free (as Relax marks model weights), the vectors run along the output
+    channels of a packed weight panel and the accumulator tile keeps channels innermost."""
+    X = te.placeholder((1, 8, 10, 10), name="X")
+    W = te.placeholder((32, 8, 3, 3), name="W")
+    bias = te.placeholder((1, 32, 1, 1), name="bias")
+    conv = topi.nn.conv2d_nchw(X, W, 1, 1, 1)
+    out = te.compute(
+        conv.shape, lambda n, f, y, x: te.max(conv[n, f, y, x] + bias[0, f, 0, 0], 0.0)
+    )
+    func = te.create_prim_func([X, W, bias, out]).with_attr("layout_free_buffers", [1, 2])
+    sch = check_rule(func, host, "contraction", rtol=1e-4)
+    text = _script(sch)
+    # W repacked into panels of whole channel vectors (a layout-rewrite pre-process, folded at
+    # compile time), the accumulator tile (n, y, x, f): channels innermost.
+    panel = re.search(r"W_global = T.sblock_alloc_buffer\(\((\d+), 8, 3, 3, (\d+)\)\)", text)
+    assert panel and int(panel[1]) * int(panel[2]) == 32 and int(panel[2]) % 8 == 0, text[:1500]
+    assert "meta_schedule.layout_rewrite_preproc" in text
+    assert "conv2d_nchw_global = T.sblock_alloc_buffer((1, 10, 10, 32))" in text
+    update = text.split('T.sblock("conv2d_nchw_update")')[0].rsplit("for ", 1)[1]
+    assert "T.vectorized" in update  # the channel vector is the update's innermost loop
 
 
 def _fused_primfuncs(module: nn.Module, shape):

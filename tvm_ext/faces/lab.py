@@ -104,3 +104,43 @@ def run_lab(
         "note",
     ]
     return pd.DataFrame.from_records(records, columns=columns)
+
+
+def run_model_lab(name: str = "decoder", size: str = "full", target=None) -> pd.DataFrame:
+    """One zoo model end to end: TVM untuned vs ours (the IR rules, no tuning) vs torch eager
+    (when installed), each parity-checked against the model's numpy reference before it is
+    timed, all on the target's ``num-cores`` threads. A contender that fails parity shows
+    ``FAIL`` and no time; torch absent shows why."""
+    from tvm_ext.facts import models
+    from tvm_ext.facts.measure import time_callable
+    from tvm_ext.facts.models_torch import torch_eager
+    from tvm_ext.facts.target import target_cores
+    from tvm_ext.search.compile import compile, compile_untuned
+
+    target = as_target(target)
+    model = models.build(name, size)
+    records = []
+    for label, make in (("TVM untuned", compile_untuned), ("ours (rules)", compile)):
+        try:
+            compiled = make(model, target)
+        except ParityError as err:
+            records.append({"contender": label, "parity": f"FAIL ({err.max_rel_error:.1e})"})
+            continue
+        _, rel = compiled.check()
+        seconds = compiled.time(repeat=5, min_repeat_ms=50).seconds
+        records.append({"contender": label, "parity": f"ok ({rel:.1e})", "ms": seconds * 1e3})
+    try:
+        call = torch_eager(model, target_cores(target))
+    except ImportError:
+        records.append({"contender": "torch eager", "parity": "not installed"})
+    except ValueError as err:
+        records.append({"contender": "torch eager", "parity": f"FAIL ({err})"})
+    else:
+        seconds = time_callable(call, 0.05, 5)
+        records.append({"contender": "torch eager", "parity": "ok", "ms": seconds * 1e3})
+    table = pd.DataFrame.from_records(records, columns=["contender", "parity", "ms"])
+    untuned = table["ms"].iloc[0]
+    table["x untuned"] = untuned / table["ms"]
+    table["GFLOP/s"] = model.flops / (table["ms"] * 1e-3) / 1e9
+    table.attrs["model"] = model
+    return table

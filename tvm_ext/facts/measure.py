@@ -7,6 +7,8 @@ Parity comes first: a module whose output differs from the reference raises
 from __future__ import annotations
 
 import logging
+import statistics
+import time
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -277,3 +279,19 @@ def _fractions(checked: _Checked, machine: MachineModel | None, seconds: float):
             bound,
         )
     return flops / seconds / machine.peak(dtype), roof
+
+
+def time_callable(fn, min_seconds: float = 0.05, repeat: int = 7) -> float:
+    """Median seconds per call of ``fn`` over ``repeat`` samples of at least ``min_seconds``."""
+    fn()
+    start = time.perf_counter()
+    fn()
+    once = max(time.perf_counter() - start, 1e-7)
+    number = max(1, int(min_seconds / once))
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for _ in range(number):
+            fn()
+        samples.append((time.perf_counter() - start) / number)
+    return statistics.median(samples)
