@@ -14,12 +14,13 @@ from tvm_ext.records.logs import cpu_model as cpu_name  # every figure names the
 README = pathlib.Path(__file__).with_name("README.md")
 
 
-def write_section(name: str, header: str, table: pd.DataFrame) -> None:
-    """Replace the README section between ``<!-- name -->`` markers with a fresh table."""
+def write_section(name: str, header: str, table: pd.DataFrame, **markdown) -> None:
+    """Replace the README section between ``<!-- name -->`` markers with a fresh table
+    (``markdown``: options for ``DataFrame.to_markdown``, default two decimals)."""
     text = README.read_text() if README.exists() else "# Benchmarks\n"
     stamp = datetime.date.today().isoformat()
     body = f"<!-- {name} -->\n{header}\n\nMeasured {stamp} on {cpu_name()}.\n\n"
-    body += table.to_markdown(index=False, floatfmt=".2f") + f"\n<!-- /{name} -->"
+    body += table.to_markdown(index=False, **({"floatfmt": ".2f"} | markdown)) + f"\n<!-- /{name} -->"
     pattern = re.compile(rf"<!-- {name} -->.*?<!-- /{name} -->", re.S)
     text = pattern.sub(body, text) if pattern.search(text) else text.rstrip() + "\n\n" + body + "\n"
     README.write_text(text)

@@ -26,6 +26,7 @@ import argparse  # noqa: E402
 import functools  # noqa: E402
 import shlex  # noqa: E402
 import statistics  # noqa: E402
+import tempfile  # noqa: E402
 import time  # noqa: E402
 
 import pandas as pd  # noqa: E402
@@ -35,7 +36,7 @@ from threadpoolctl import threadpool_info, threadpool_limits  # noqa: E402
 import tvm_ext  # noqa: E402
 from tvm_ext import models  # noqa: E402
 from tvm_ext.base.tvm_api import physical_cores  # noqa: E402
-from tvm_ext.facts.models_torch import torch_callable  # noqa: E402
+from tvm_ext.facts.models_torch import onnxruntime_callable, torch_callable  # noqa: E402
 from tvm_ext.facts.target import target_cpu  # noqa: E402
 from tvm_ext.search.compile import compile_untuned  # noqa: E402
 
@@ -83,12 +84,16 @@ def torch_contenders(model, cores: int, use_compile: bool):
     return found, skipped
 
 
-def onnxruntime_skip() -> str:
+def onnxruntime_contender(model, cores: int):
+    """{"onnxruntime": callable} when onnxruntime (and onnx) are installed and its export and
+    parity pass, else {} and the reason."""
     try:
-        import onnxruntime  # noqa: F401
-    except ImportError:
-        return "onnxruntime not installed"
-    return "onnxruntime installed, but its ONNX export is not wired into this bench yet"
+        with tempfile.TemporaryDirectory() as folder:
+            return {"onnxruntime": onnxruntime_callable(model, cores, folder)}, {}
+    except ImportError as err:
+        return {}, {"onnxruntime": f"not installed ({err.name}: pip install onnxruntime onnx)"}
+    except Exception as err:  # export or session failure: report, go on
+        return {}, {"onnxruntime": f"{type(err).__name__}: {str(err).splitlines()[0][:120]}"}
 
 
 def bench_one(name, batch, args, target, cores, log):
@@ -101,7 +106,9 @@ def bench_one(name, batch, args, target, cores, log):
         f"{tvm['ours'].compile_seconds:.1f} s); rules: {tvm['ours'].applied.share_by_rule()}"
     )
     peers, skipped = torch_contenders(model, cores, args.torch_compile)
-    skipped["onnxruntime"] = onnxruntime_skip()
+    ort_peer, ort_skip = onnxruntime_contender(model, cores)
+    peers.update(ort_peer)
+    skipped.update(ort_skip)
     for contender, reason in skipped.items():
         log(f"{model.key}: {contender} skipped: {reason}")
     times = {k: [] for k in [*tvm, *peers]}
@@ -118,7 +125,9 @@ def bench_one(name, batch, args, target, cores, log):
     row = {"model": f"{name} ({args.size})", "batch": batch, "MFLOP": model.flops / 1e6}
     row.update({f"{k} ms": med[k] * 1e3 if k in med else None for k in COLUMNS})
     row["ours vs untuned"] = med["TVM untuned"] / med["ours"]
-    row["ours vs best torch"] = best_peer / med["ours"] if best_peer else None
+    eager = med.get("torch eager")
+    row["ours vs torch eager"] = eager / med["ours"] if eager else None
+    row["ours vs best peer"] = best_peer / med["ours"] if best_peer else None
     row["ours GFLOP/s"] = model.flops / med["ours"] / 1e9
     log("  ".join(f"{k} {v * 1e3:.3f} ms" for k, v in med.items()))
     return row, tvm["ours"].applied.table().assign(model=model.key), skipped
@@ -155,6 +164,22 @@ def readme_header(args, cores: int, mcpu: str, skips: dict[str, set[str]]) -> st
     )
 
 
+def readable(table: pd.DataFrame) -> pd.DataFrame:
+    """Times and ratios to 3 significant digits (an MLP call is microseconds)."""
+    out = table.copy()
+    for column in out.columns:
+        if column.endswith(" ms") or column.startswith("ours"):
+            out[column] = [_three_digits(v) for v in out[column]]
+    out["MFLOP"] = [_three_digits(v) for v in out["MFLOP"]]
+    return out
+
+
+def _three_digits(v: float) -> str:
+    if v != v:  # NaN: a skipped contender
+        return ""
+    return f"{v:.0f}" if abs(v) >= 100 else f"{v:.3g}"
+
+
 def main() -> None:
     cores = physical_cores()
     args = parse_args(cores)
@@ -176,7 +201,8 @@ def main() -> None:
     if args.tables:
         print(pd.concat(tables).to_string(index=False))
     if not args.no_readme:
-        write_section("models", readme_header(args, cores, target_cpu(target), skips), result)
+        write_section("models", readme_header(args, cores, target_cpu(target), skips),
+                      readable(result), disable_numparse=True)  # fmt: skip
 
 
 if __name__ == "__main__":

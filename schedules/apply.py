@@ -18,6 +18,7 @@ from tvm_ext.facts.target import as_target
 from . import (
     rule_contraction,
     rule_fallback,
+    rule_gpu,
     rule_injective,
     rule_rows,
     rule_staged,
@@ -35,6 +36,19 @@ CPU_RULES: tuple[ModuleType, ...] = (
     rule_injective,
     rule_fallback,
 )
+# GPU targets: the suite's CUDA hand schedules, then TVM's dlight GPU rules (their fallback
+# binds anything to blocks and threads).
+GPU_RULES = (rule_suite, *rule_gpu.DLIGHT_RULES)
+
+
+def rules_for(target) -> tuple:
+    """The rule list for ``target``'s kind (CPU or GPU); ScheduleNotApplicable otherwise."""
+    kind = as_target(target).kind.name
+    if kind == "llvm":
+        return CPU_RULES
+    if kind in rule_gpu.GPU_KINDS:
+        return GPU_RULES
+    raise ScheduleNotApplicable(f"no IR rules for {kind} targets (llvm and GPU kinds have them)")
 
 
 @dataclass(frozen=True)
@@ -69,11 +83,11 @@ class Applied:
         return out
 
 
-def schedule_func(func, target, rules=CPU_RULES) -> tuple["tvm_api.Schedule", str]:
-    """(schedule, rule name) of one PrimFunc: the first rule that takes it."""
+def schedule_func(func, target, rules=None) -> tuple["tvm_api.Schedule", str]:
+    """(schedule, rule name) of one PrimFunc: the first rule that takes it (``rules`` default
+    :func:`rules_for` the target)."""
     target = as_target(target)
-    if target.kind.name != "llvm":
-        raise ScheduleNotApplicable(f"IR rules are for CPU targets; got {target.kind.name}")
+    rules = rules_for(target) if rules is None else rules
     for rule in rules:
         try:
             sch = rule.schedule_func(func, target)
@@ -94,9 +108,10 @@ def _first_line(err) -> str:
     return (lines or str(err).splitlines() or [""])[0][:200]
 
 
-def apply(mod, target=None, rules=CPU_RULES) -> Applied:
+def apply(mod, target=None, rules=None) -> Applied:
     """Schedule every PrimFunc of ``mod`` (an IRModule: a Relax model after legalization, or
-    a module of PrimFuncs) for ``target`` (default the host); other functions are kept."""
+    a module of PrimFuncs) for ``target`` (default the host; a CPU or a GPU, whose rules
+    :func:`rules_for` gives); other functions are kept."""
     target = as_target(target)
     calls = call_counts(mod)
     funcs = {gv: f for gv, f in mod.functions.items() if isinstance(f, tvm_api.PrimFunc)}

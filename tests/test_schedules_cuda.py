@@ -118,3 +118,31 @@ def test_cuda_parity(w):
     if not has_gpu():
         pytest.skip("no CUDA device on this machine")
     verify(S.schedule(w, TARGET), w, TARGET)
+
+
+def test_a_model_is_scheduled_for_cuda_by_the_same_interface(tmp_path):
+    """``apply(mod, cuda)``: every PrimFunc of a zoo model (legalized, fused) is taken by a
+    GPU rule (dlight's, behind our rule interface), the module builds, and nvcc compiles it."""
+    from tvm_ext import models
+    from tvm_ext.search.compile import lower
+
+    model = models.build("decoder", "small")
+    lowered = lower(model.mod, TARGET, "forward")
+    applied = S.apply(lowered, TARGET)
+    rules = {f.name: f.rule for f in applied.functions}
+    assert len(rules) >= 5 and all(r.startswith("dlight.") for r in rules.values()), rules
+    assert rules[next(n for n in rules if "matmul" in n)] in ("dlight.Matmul", "dlight.GEMV")
+    funcs = tvm_api.IRModule(
+        {gv: f for gv, f in applied.mod.functions.items() if isinstance(f, tvm_api.PrimFunc)}
+    )
+    src = tvm_api.build(funcs, TARGET).imports[0].inspect_source()
+    assert src.count("__global__") >= len(rules) and "threadIdx.x" in src
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not installed")
+    (tmp_path / "m.cu").write_text(src)
+    done = subprocess.run(
+        ["nvcc", "-arch=sm_90", "-cubin", "-o", str(tmp_path / "m.cubin"), str(tmp_path / "m.cu")],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]

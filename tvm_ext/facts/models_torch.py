@@ -125,3 +125,41 @@ def torch_callable(model: Model, threads: int, compile_: bool) -> Callable[[], "
     if not err <= PARITY_TOLERANCE:
         raise ValueError(f"torch {model.key}: max error {err:.2g} of the mean |reference|")
     return call
+
+
+def onnxruntime_callable(model: Model, threads: int, folder) -> Callable[[], "object"]:
+    """A no-argument callable running ``model`` in onnxruntime (CPU provider, ``threads``
+    intra-op threads, all graph optimizations) on its default inputs, parity-checked like
+    :func:`torch_eager`. The graph is exported from the torch version with the weights as
+    initializers (``torch.onnx.export`` into ``folder``). ImportError without torch, onnx or
+    onnxruntime."""
+    import pathlib
+
+    import onnxruntime as ort
+    import torch
+
+    weights = {k: torch.tensor(np.array(v)) for k, v in model.weights.items()}
+    forward = torch_forward(model)
+
+    class Wrapped(torch.nn.Module):
+        def forward(self, *xs):
+            return forward(weights, *xs)
+
+    path = pathlib.Path(folder) / f"{model.key.replace('/', '_')}.onnx"
+    inputs = tuple(torch.tensor(np.array(a)) for a in model.inputs)
+    torch.onnx.export(Wrapped(), inputs, str(path), dynamo=False, opset_version=17)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    feeds = {i.name: np.asarray(a) for i, a in zip(session.get_inputs(), model.inputs)}
+
+    def call():
+        return session.run(None, feeds)[0]
+
+    ref = model.reference()
+    err = float(np.max(np.abs(call() - ref)) / np.mean(np.abs(ref)))
+    if not err <= PARITY_TOLERANCE:
+        raise ValueError(f"onnxruntime {model.key}: max error {err:.2g} of the mean |reference|")
+    return call
