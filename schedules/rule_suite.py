@@ -1,9 +1,12 @@
-"""The library's hand schedule, when a function is one of the suite's kernels."""
+"""The library's hand schedule, when a function is one of the suite's kernels: built by the
+suite (its workload attribute), or a matmul of a dot-product dtype (bf16, uint8 x int8) that a
+user or a model wrote, recognised by structure, so the tensorized schedules (AVX512-BF16,
+VNNI) fire wherever the pattern appears and the CPU has the instruction."""
 
 from __future__ import annotations
 
 from tvm_ext.base.errors import ScheduleNotApplicable
-from tvm_ext.facts.kernels import from_func
+from tvm_ext.facts.kernels import by_structure, from_func
 
 NAME = "suite"
 
@@ -12,7 +15,7 @@ def schedule_func(func, target):
     """The suite kernel's hand schedule (``tvm_ext.schedules.schedule``), or None."""
     from . import schedule  # the suite rules' dispatcher
 
-    workload = from_func(func)
+    workload = from_func(func) or by_structure(func)
     if workload is None:
         return None
     try:

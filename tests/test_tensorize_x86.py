@@ -191,3 +191,59 @@ def test_bf16_config_errors(bf16_host):
         S.schedule(w, bf16_host, parallel="rows")
     with pytest.raises(ValueError, match="positive int"):
         S.schedule(w, bf16_host, mr=0)
+
+
+def _user_matmul(M, N, K, a_dtype, b_dtype, acc, transpose_b=False):
+    """A matmul as a user writes it in TE: their own names, no suite attribute."""
+    X = tvm_api.te.placeholder((M, K), a_dtype, name="x")
+    W = tvm_api.te.placeholder((N, K) if transpose_b else (K, N), b_dtype, name="w")
+    r = tvm_api.te.reduce_axis((0, K), name="r")
+
+    def w_at(kk, j):
+        return W[j, kk] if transpose_b else W[kk, j]
+
+    out = tvm_api.te.compute(
+        (M, N),
+        lambda i, j: tvm_api.te.sum(X[i, r].astype(acc) * w_at(r, j).astype(acc), axis=r),
+        name="y",
+    )
+    return tvm_api.te.create_prim_func([X, W, out]).with_attr("global_symbol", "main")
+
+
+@pytest.mark.parametrize(
+    "dtypes, target_fixture, instruction, transpose_b",
+    [
+        (("bfloat16", "bfloat16", "float32"), "bf16_target", "vdpbf16ps", False),
+        (("bfloat16", "bfloat16", "float32"), "bf16_target", "vdpbf16ps", True),
+        (("uint8", "int8", "int32"), "vnni_target", "vpdpbusd", False),  # VNNI: B as (K, N)
+    ],
+    ids=["bf16", "bf16-B^T", "u8s8"],
+)
+def test_a_users_matmul_is_tensorized_where_the_pattern_appears(
+    dtypes, target_fixture, instruction, transpose_b, request
+):
+    target = request.getfixturevalue(target_fixture)
+    func = _user_matmul(48, 32, 64, *dtypes, transpose_b=transpose_b)
+    sch, rule = S.apply_mod.schedule_func(func, target)
+    assert rule == "suite"
+    asm = tvm_api.build(sch.mod, target).inspect_source("asm")
+    assert instruction in asm
+
+
+def test_structure_decides_not_names(host):
+    """An fp32 matmul, a bf16 one with an epilogue or a different contraction are not the
+    suite's dot matmuls: the generic rules take them."""
+    from tvm_ext.facts.kernels import by_structure
+
+    assert by_structure(_user_matmul(16, 16, 16, "bfloat16", "bfloat16", "float32")) is not None
+    assert by_structure(_user_matmul(16, 16, 16, "float32", "float32", "float32")) is None
+    X = tvm_api.te.placeholder((16, 16), "bfloat16", name="x")
+    W = tvm_api.te.placeholder((16, 16), "bfloat16", name="w")
+    r = tvm_api.te.reduce_axis((0, 16), name="r")
+    # X[i, r] * W[r, i]: W indexed by the row, not the column: no matmul
+    y = tvm_api.te.compute(
+        (16, 16),
+        lambda i, j: tvm_api.te.sum(X[i, r].astype("float32") * W[r, i].astype("float32"), axis=r),
+        name="y",
+    )
+    assert by_structure(tvm_api.te.create_prim_func([X, W, y])) is None

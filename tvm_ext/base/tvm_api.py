@@ -193,6 +193,20 @@ def build_for_tuning(mod, target, _params=None):
     return tvm.tirx.build(mod, target=target)
 
 
+def assembly(lib) -> str:
+    """The x86 assembly LLVM prints for a built CPU module (``inspect_source("asm")`` of the
+    module or, for a wrapper, of the first imported module that has it)."""
+    for module in (lib, *getattr(lib, "imports", ())):
+        if getattr(module, "kind", None) == "llvm" or module is lib:
+            try:
+                text = module.inspect_source("asm")
+            except (RuntimeError, AttributeError, TypeError):  # not an LLVM module: try the next
+                continue
+            if text:
+                return text
+    raise ValueError(f"no LLVM assembly in the built module (kind {getattr(lib, 'kind', '?')})")
+
+
 def set_runner_threads(n: int) -> None:
     """Popen-worker initializer: the runner's kernels use ``n`` threads (the target's cores)."""
     os.environ["TVM_NUM_THREADS"] = str(n)
@@ -228,3 +242,9 @@ def relax_params(func) -> list[tuple[str, tuple[int | None, ...], str]]:
         dims = tuple(int(d) if isinstance(d, tvm.tirx.IntImm) else None for d in values)
         out.append((str(var.name), dims, str(getattr(ty, "dtype", ""))))
     return out
+
+
+def same_structure(a, b) -> bool:
+    """Whether two IR objects compute the same thing (TVM's structural equality: variable,
+    buffer and block names are mapped, not compared; attributes are compared)."""
+    return bool(tvm_ffi.structural_equal(a, b))

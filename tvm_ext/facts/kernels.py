@@ -193,3 +193,46 @@ def from_func(func) -> Workload | None:
         return None
     spec = json.loads(str(attrs[WORKLOAD_ATTR]))
     return SUITE[spec["kernel"]](**spec["args"])
+
+
+# Input dtypes with a dot-product instruction on some CPU (AVX512-BF16 ``vdpbf16ps``, VNNI
+# ``vpdpbusd``): a matmul of these is worth recognizing wherever it appears.
+DOT_DTYPES = ("bfloat16", "uint8")
+
+
+def by_structure(func, dtypes=DOT_DTYPES) -> Workload | None:
+    """The suite matmul or batch_matmul (B transposed or not) that ``func`` computes, found by
+    structure (a user's own TE or TVMScript kernel, whatever its names), for inputs of
+    ``dtypes``; else None."""
+    try:
+        specs = tvm_api.param_specs(func)
+    except ValueError:  # a scalar or symbolic parameter: not a suite matmul
+        return None
+    if len(specs) != 3 or specs[0][1] not in dtypes:
+        return None
+    (a, dtype), (b, _), (c, _) = specs
+    if len(a) == 2 and len(c) == 2:
+        M, K = a
+        N = c[1]
+        candidates = [(matmul, (M, N, K, dtype, t)) for t in (False, True)]
+    elif len(a) == 3 and len(c) == 3:
+        candidates = [(batch_matmul, (a[0], a[1], c[2], a[2], dtype))]
+    else:
+        return None
+    bare = _without_attrs(func)
+    for make, args in candidates:
+        try:
+            workload = make(*args)
+        except (ValueError, TypeError):
+            continue
+        if tvm_api.same_structure(bare, _without_attrs(workload.func)):
+            return workload
+    return None
+
+
+def _without_attrs(func):
+    """The function with no attributes (a model's functions carry Relax's, a user's TE none
+    of ours): only what it computes is compared."""
+    for key in list(func.attrs.keys()) if func.attrs else []:
+        func = func.without_attr(key)
+    return func
