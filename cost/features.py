@@ -167,7 +167,7 @@ def features(
     except Unsupported as why:
         missing["blocks"] = str(why)
     missing.update(walker.missing)
-    blocks = tuple(walker.blocks) if "blocks" not in missing else ()
+    blocks = tuple(walker.finish()) if "blocks" not in missing else ()
     counted = [b.flops for b in blocks]
     if workload is not None:
         flops, exact = workload.flops, True

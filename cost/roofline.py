@@ -1,25 +1,37 @@
 """The analytic roofline policy: a proven lower bound on a CPU candidate's run time.
 
 Every arm is a time no run of the candidate can beat, given the decisions it has taken; the
-bound is the largest arm, and the arm that sets it is reported as ``binding``:
+bound is the largest arm, and the arm that sets it is reported as ``binding``. The hardware
+facts are those of :mod:`tvm_ext.facts.isa` for the machine model's CPU (the LLVM CPU name):
+upper limits over every part of that microarchitecture, at its fastest boost clock, so that
+a busy host cannot make them read low. Only the memory arms rest on probes (see there).
 
-- ``compute``: each block's arithmetic (its distinct instances only: LLVM may hoist
-  recomputation a loop nest asks for) at the machine's peak rate per core and lane for the
-  candidate's dtype (int8/bf16 at their dot-product peaks), on the
-  cores its parallel loops can occupy (``P / ceil(P / cores)``) and the lanes it has or that
-  LLVM could still give it (any spatial loop with at most 1024 inner iterations may be
-  unrolled and vectorized: shared/bound-study.md), summed over blocks (they share the units);
-- ``memory.llc`` / ``memory.dram``: the compulsory bytes (every parameter once) at the
-  bandwidth of the level they cannot fit above (none when they fit in L2: warm-cache runs);
-- ``dependency``: a multiply-add reduction without fast-math runs its steps in order; each
-  output's ``L`` steps take ``L`` FMA latencies, and at most the outputs updated inside the
-  innermost reduction loop, times the lanes LLVM could vectorize them over, times what a
-  512-entry reorder window holds of the next ones, are in flight; the largest block's chain.
+- ``compute``: each block's distinct instances (LLVM may hoist recomputation) need their
+  multiplies on the FMA pipes (``FMA_PIPES`` a cycle) and all their floating-point
+  instructions, every multiply-add pair fused, on the FP pipes (``FP_PIPES`` a cycle); each
+  pipe does at most the FMA datapath's lanes per pass. The lanes are the block's own
+  (explicitly vectorized: TVM emits that width and LLVM never widens vector code) or, without
+  them, the full width whenever LLVM could still vectorize (any spatial loop with at most
+  1024 inner iterations: shared/bound-study.md). A block runs on the cores its parallel
+  loops can occupy (``P / ceil(P / cores)``); blocks share the pipes, so their times add.
+  int8/bf16 are priced at their dot-product peaks, fp16 at twice the fp32 rate
+  (AVX512-FP16 FMAs do 32 half lanes a zmm).
+- ``issue``: every distinct element a run of the loop just outside the compiler's unroll
+  reach (see ``cost/walk.py``) touches goes through a load or store port in that run, but
+  what the registers carried in (at most ``REGISTER_BYTES``); a port slot moves at most one
+  vector of consecutive elements; at most ``LOADS_PER_CYCLE`` loads of
+  ``LOAD_BYTES_PER_CYCLE`` bytes and ``STORES_PER_CYCLE`` stores of ``STORE_BYTES_PER_CYCLE``
+  bytes issue per cycle. Blocks that share the run loop may share loads: the largest of
+  them counts; separate run loops add.
+- ``memory.llc`` / ``memory.dram``: the compulsory bytes (every parameter once) beyond what
+  every core's L2 (resp. the whole chip) can hold move through the LLC (resp. DRAM), at its
+  probed bandwidth times ``slack``. These are the only probe-based arms: what protects them
+  is that only the bytes that cannot stay in the caches are charged (a warm-cache run keeps
+  the rest), the probe is the best of several streaming kernels, and the slack (1.25).
+- ``dependency``: see :meth:`RooflinePolicy._chain`.
 
-The machine's figures are probed on a shared host, where a probe can read low; the bound
-scales them by ``slack`` (default 1.25: peaks and bandwidths up, latency down) so that it
-stays a bound. ``score_s`` ranks with expected rather than optimistic facts (the lanes the
-schedule asked for; LLVM's own 8-lane vectors otherwise).
+``score_s`` ranks with expected rather than optimistic facts (the lanes the schedule asked
+for; LLVM's own 8-lane vectors otherwise).
 """
 
 from __future__ import annotations
@@ -28,18 +40,22 @@ import math
 from types import MappingProxyType
 from typing import Mapping, Sequence
 
+from tvm_ext.facts import isa
 from tvm_ext.facts.machine import MachineModel, host_machine
 from tvm_ext.facts.target import as_target, host_target
 
 from .features import CandidateFeatures, features
 from .policy import Cost, ExecutionCostPolicy
 
-REORDER_WINDOW = 512
 AUTO_VECTOR_LANES = 8  # LLVM's own loop vectorizer emits ymm (8 fp32 lanes) here
+# LLVM runs at most this many copies of a loop body side by side: its x86 interleave factor
+# is at most 4 (X86TTIImpl::getMaxInterleaveFactor) and its runtime unroll count 8.
+MAX_LOCKSTEP = 8
+_FLOAT = ("float16", "float32", "float64", "bfloat16")
 
 
 class RooflinePolicy(ExecutionCostPolicy):
-    """Roofline lower bound with compute, memory and dependency-chain arms (CPU targets)."""
+    """Roofline lower bound with compute, issue, memory and dependency-chain arms (CPUs)."""
 
     name = "roofline"
     proves_bounds = True
@@ -48,11 +64,20 @@ class RooflinePolicy(ExecutionCostPolicy):
         "llc_byte",
         "dram_byte",
         "chain_step",
+        "add_step",
+        "max_step",
         "on_chip_bytes",
         "l2_bytes",
         "max_lanes",
         "int8_speedup",
         "bf16_speedup",
+        "cycle_s",
+        "flop_cycle_s",
+        "fma_pipes",
+        "datapath_lanes",
+        "narrow_fma_lanes",
+        "reorder_window",
+        "stores_per_cycle",
     )
 
     def __init__(self, slack: float = 1.25):
@@ -63,33 +88,44 @@ class RooflinePolicy(ExecutionCostPolicy):
     def coefficients(
         self, limits: MachineModel | None, basis: Sequence[str], prior: Mapping[str, float] | None
     ) -> Mapping[str, float]:
-        """Seconds per lane-FLOP on one core, per byte per level, per chain step; sizes."""
+        """Seconds per lane-FLOP, per byte per level, per chain step and per cycle; sizes and
+        pipe widths. The fp32 peak is the ISA ceiling of the CPU, or the probe times ``slack``
+        where that is higher (a stale table can only loosen the bound); a chain step is the
+        ISA latency floor, or the probe over ``slack`` where that is lower."""
         if limits is None:  # no model of this device (a GPU): no bound, rank by FLOPs alone
-            return {
-                "lane_flop": 0.0,
-                "llc_byte": 0.0,
-                "dram_byte": 0.0,
-                "chain_step": 0.0,
-                "on_chip_bytes": 0.0,
-                "l2_bytes": 0.0,
+            return {name: 0.0 for name in self.basis} | {
                 "max_lanes": 1.0,
                 "int8_speedup": 1.0,
                 "bf16_speedup": 1.0,
+                "fma_pipes": 1.0,
+                "datapath_lanes": 1.0,
             }
-        lanes = float(limits.vector_lanes)
-        s = self.slack
+        lanes, cpu, s = int(limits.vector_lanes), limits.cpu, self.slack
+        ceiling = isa.fp32_peak_ceiling(cpu, limits.cores, lanes)
+        peak = max(ceiling, limits.peak("float32") * s)
+        cycle = 1.0 / isa.max_boost_hz(cpu)
+        known = cpu in isa.MAX_BOOST_GHZ
         return {
-            "lane_flop": limits.cores * lanes / (limits.peak("float32") * s),
+            "lane_flop": limits.cores * lanes / peak,
             "llc_byte": 1.0 / (limits.bandwidth["llc"].value * s),
             "dram_byte": 1.0 / (limits.bandwidth["dram"].value * s),
-            "chain_step": limits.fma_latency.value / s,
+            "chain_step": min(isa.fma_latency_floor_s(cpu), limits.fma_latency.value / s),
+            "add_step": isa.fadd_latency_floor_s(cpu),
+            "max_step": isa.fmax_latency_floor_s(cpu),
             "on_chip_bytes": float(limits.llc_bytes),
             "l2_bytes": float(limits.l2_bytes),
-            "max_lanes": lanes,
+            "max_lanes": float(lanes),
             # Dot-product instructions (VNNI, AVX512-BF16, AMX) beat the fp32 FMA rate: a
             # candidate of those dtypes is priced at its dtype's peak, whatever its code uses.
             "int8_speedup": limits.peak("int8") / limits.peak("float32"),
             "bf16_speedup": limits.peak("bfloat16") / limits.peak("float32"),
+            "cycle_s": cycle,
+            "flop_cycle_s": cycle * ceiling / peak,  # shorter when a probe beat the table
+            "fma_pipes": float(isa.FMA_PIPES),
+            "datapath_lanes": float(isa.fma_datapath_lanes(cpu, lanes)),
+            "narrow_fma_lanes": 0.0 if known else 16.0,  # an unnamed CPU may be a Skymont
+            "reorder_window": float(isa.reorder_window(cpu)),
+            "stores_per_cycle": float(isa.stores_per_cycle(cpu)),
         }
 
     def arms(self, c: CandidateFeatures, k: Mapping[str, float]) -> dict[str, float]:
@@ -97,16 +133,20 @@ class RooflinePolicy(ExecutionCostPolicy):
         arms: dict[str, float] = {}
         if k["lane_flop"] > 0 and c.flops is not None:
             arms["compute"] = self._compute(c, k, optimistic=True)
-        low = c.bytes["dram"][0] if c.bytes.get("dram") else None
-        if low is not None and k["llc_byte"] > 0:
-            if low > k["on_chip_bytes"]:
-                arms["memory.dram"] = low * k["dram_byte"]
-            elif low > k["l2_bytes"]:
-                arms["memory.llc"] = low * k["llc_byte"]
+        issue = self._issue(c, k)
+        if issue:
+            arms["issue"] = issue
+        arms.update(self._memory(c, k))
         chain = self._chain(c, k)
         if chain is not None:
             arms["dependency"] = chain
         return arms
+
+    @staticmethod
+    def _lane_rate(lanes: float, k: Mapping[str, float]) -> float:
+        """fp32 multiply-add lanes one core completes per cycle at ``lanes``-wide vectors."""
+        wide = k["fma_pipes"] * min(lanes, k["datapath_lanes"])
+        return max(wide, min(k["narrow_fma_lanes"], 4.0 * lanes))
 
     def _compute(self, c: CandidateFeatures, k: Mapping[str, float], optimistic: bool) -> float:
         """Arithmetic time: per-block lanes and cores when every block was counted, else the
@@ -116,13 +156,14 @@ class RooflinePolicy(ExecutionCostPolicy):
             "int8": k["int8_speedup"],
             "uint8": k["int8_speedup"],
             "bfloat16": k["bf16_speedup"],
+            "float16": 2.0,  # AVX512-FP16 does 32 half lanes a zmm FMA
         }.get(c.dtype, 1.0)
         counted = [b for b in c.blocks if b.unique_flops is not None]
-        if c.blocks and len(counted) == len(c.blocks):
+        if c.blocks and len(counted) == len(c.blocks) and k["flop_cycle_s"] > 0:
             total = 0.0
             for b in counted:
                 if optimistic:
-                    lanes = min(max(b.possible_lanes, b.explicit_lanes), max_lanes)
+                    lanes = min(max(b.lanes_bound or b.possible_lanes, 1), max_lanes)
                 else:
                     asked = (
                         b.explicit_lanes
@@ -130,46 +171,131 @@ class RooflinePolicy(ExecutionCostPolicy):
                         else (AUTO_VECTOR_LANES if b.possible_lanes > 1 else 1)
                     )
                     lanes = min(asked, max_lanes)
-                total += b.unique_flops * k["lane_flop"] / (b.cores_used * lanes)
+                flops = float(b.unique_flops)
+                if b.muls_per_instance is not None and b.dtype in _FLOAT and speedup == 1.0:
+                    # FLOP-equivalents: a multiply takes an FMA-pipe slot (2 FLOPs' worth), any
+                    # FP instruction half of one (FP_PIPES = 2 x FMA_PIPES).
+                    unique = min(b.instances, b.unique_instances)
+                    per = max(2 * b.muls_per_instance, b.ops_per_instance * 2 * isa.FMA_PIPES
+                              / isa.FP_PIPES)  # fmt: skip
+                    flops = unique * per
+                rate = 2.0 * self._lane_rate(lanes, k) / k["flop_cycle_s"]  # FLOP/s per core
+                total += flops / (b.cores_used * rate)
             return total / speedup
         opaque = [b.cores_used for b in c.blocks if b.unique_flops is None]
         cores = max(opaque) if opaque else float(c.cores)
         return c.flops * k["lane_flop"] / (cores * max_lanes * speedup)
 
-    def _chain(self, c: CandidateFeatures, k: Mapping[str, float]) -> float | None:
-        worst = None
+    @staticmethod
+    def _issue(c: CandidateFeatures, k: Mapping[str, float]) -> float | None:
+        """Load/store port time (see the module docstring), None without a machine model."""
+        if not k.get("cycle_s"):
+            return None
+        groups: dict[int, float] = {}
         for b in c.blocks:
-            if b.flops_per_instance != 2 or b.reduction_length <= 1 or b.tensorized:
-                continue  # only multiply-add recurrences are priced at the FMA latency
-            length = b.reduction_length
-            per_core = min(b.instances, b.unique_instances) / length / b.cores_used
-            # LLVM may vectorize a spatial loop around the reduction (after unrolling it), so
-            # one chain can carry up to possible_lanes outputs; the window overlaps the next.
-            lanes = max(b.possible_lanes, 1)
-            in_flight = b.independent_outputs * lanes * (1 + math.ceil(REORDER_WINDOW / length))
-            t = per_core / in_flight * length * k["chain_step"]
+            if b.mem_runs <= 0:
+                continue
+            cycles = max(
+                b.load_slots / isa.LOADS_PER_CYCLE,
+                b.load_bytes / isa.LOAD_BYTES_PER_CYCLE,
+                b.store_slots / (k.get("stores_per_cycle") or 2 * isa.STORES_PER_CYCLE),
+                b.store_bytes / isa.STORE_BYTES_PER_CYCLE,
+            )
+            t = b.mem_runs / b.cores_used * cycles * k["cycle_s"]
+            groups[b.mem_group] = max(groups.get(b.mem_group, 0.0), t)
+        return sum(groups.values()) or None
+
+    @staticmethod
+    def _memory(c: CandidateFeatures, k: Mapping[str, float]) -> dict[str, float]:
+        """Compulsory bytes beyond the caches at the bandwidth of the level below them."""
+        low = c.bytes["dram"][0] if c.bytes.get("dram") else None
+        if low is None or k["llc_byte"] <= 0:
+            return {}
+        if low > k["on_chip_bytes"]:
+            return {"memory.dram": (low - k["on_chip_bytes"]) * k["dram_byte"]}
+        if low > k["l2_bytes"]:
+            return {"memory.llc": (low - k["l2_bytes"]) * k["llc_byte"]}
+        return {}
+
+    def _chain(self, c: CandidateFeatures, k: Mapping[str, float]) -> float | None:
+        """The reduction dependency chain, the largest over blocks.
+
+        Facts: TVM passes LLVM no fast-math flags, so an fp reduction's steps run in order
+        (no reassociation; an ``acc + x * y`` step is contracted to one FMA, and takes at
+        least ``MIN_FMA_LATENCY_CYCLES``; a plain add ``MIN_FADD_LATENCY_CYCLES``, a max or
+        min ``MIN_FMAX_LATENCY_CYCLES``); a step starts only after its instruction is in the
+        reorder window, which holds at most ``W`` instructions
+        (:func:`~tvm_ext.facts.isa.reorder_window`). A chain recomputed by loops around its
+        whole segment (``chain_repeats``) runs again each time: LLVM hoists instructions out
+        of loops, never a loop.
+
+        Proof. One output's ``L`` steps take ``L`` step latencies. Beyond that, on the busiest
+        core the block runs ``M = instances / cores_used / V`` vector steps (``V``: the most
+        lanes it may be vectorized at). They come in groups: the segment of ``S`` steps that
+        the reduction loops inside the innermost spatial loop run back to back, for the
+        ``R`` outputs updated in turn inside it. The compiler may reorder anything inside the
+        body it fully unrolls (``body_instances``), and when that body holds a whole group,
+        run up to ``MAX_LOCKSTEP`` copies of the loop around it side by side (vectorizer
+        interleave, unroll); otherwise that loop is never innermost and stays in order. So a
+        group spans at most ``G = lockstep * max(R * S, body)`` steps. Walk back from the
+        last step: along one output's segment (``S`` latencies, within its group), then to
+        the end of an earlier segment at least ``W`` instructions before the segment's first
+        step (which could not start before that one retired, so finished). One hop gains
+        ``S`` latencies over at most ``W + 2 G`` steps, so the run takes at least
+        ``S * floor(M / (W + 2 G))`` latencies. Instructions other than the steps only
+        shorten what the window holds, so counting steps alone is optimistic.
+        """
+        worst = None
+        window = k.get("reorder_window") or isa.MAX_REORDER_WINDOW
+        max_lanes = k.get("max_lanes") or 1.0
+        for b in c.blocks:
+            if b.reduction_length <= 1 or b.tensorized or b.flops_per_instance is None:
+                continue
+            if b.dtype not in _FLOAT or b.segment_length <= 0:
+                continue  # integer adds take one cycle: no chain worth pricing
+            ops = {"fma": k.get("chain_step"), "add": k.get("add_step"), "max": k.get("max_step")}
+            step = ops.get(b.chain_op)
+            if not step:
+                continue
+            lanes = max(min(b.lanes_bound or b.possible_lanes, max_lanes), 1)
+            steps = min(b.instances, b.unique_instances * b.chain_repeats) / b.cores_used / lanes
+            group = b.independent_outputs * b.segment_length
+            # Groups run side by side only once a group is unrolled whole (the loop around it
+            # then is innermost); TVM's own vectors wider than a register split into several.
+            lockstep = math.ceil(b.explicit_lanes / max_lanes)
+            if group <= b.body_instances:
+                lockstep *= MAX_LOCKSTEP
+            group = max(lockstep, 1) * max(group, b.body_instances)
+            hops = math.floor(steps / (window + 2 * group))
+            t = step * max(b.reduction_length, b.segment_length * hops)
             worst = t if worst is None else max(worst, t)
-        return worst if worst is not None and k["chain_step"] > 0 else None
+        return worst
 
     def floor_s(self, c: CandidateFeatures, k: Mapping[str, float]) -> float | None:
         """A time no schedule of the candidate's function can beat, whatever it decides: its
         FLOPs on every core at full vector width (at the dtype's dot-product rate) and its
-        compulsory bytes (every parameter once) at the bandwidth of the level they cannot
-        fit above. None when neither is known (no FLOP count, no machine model)."""
+        compulsory bytes beyond the caches at their level's bandwidth. None when neither is
+        known (no FLOP count, no machine model)."""
         arms = []
         if k["lane_flop"] > 0 and c.flops is not None:
             speedup = {
                 "int8": k["int8_speedup"],
                 "uint8": k["int8_speedup"],
                 "bfloat16": k["bf16_speedup"],
+                "float16": 2.0,
             }.get(c.dtype, 1.0)
-            arms.append(c.flops * k["lane_flop"] / (c.cores * k["max_lanes"] * speedup))
-        low = c.bytes["dram"][0] if c.bytes.get("dram") else None
-        if low is not None and k["llc_byte"] > 0:
-            if low > k["on_chip_bytes"]:
-                arms.append(low * k["dram_byte"])
-            elif low > k["l2_bytes"]:
-                arms.append(low * k["llc_byte"])
+            flops = float(c.flops)
+            counted = [b for b in c.blocks if b.muls_per_instance is not None]
+            if counted and len(counted) == len(c.blocks) and speedup == 1.0:
+                # The same FLOP-equivalents as the compute arm (a fused FMA + add is cheaper
+                # than its 3 FLOPs), so the floor stays below every candidate's bound.
+                flops = min(flops, sum(
+                    min(b.instances, b.unique_instances) * max(
+                        2 * b.muls_per_instance,
+                        b.ops_per_instance * 2 * isa.FMA_PIPES / isa.FP_PIPES)
+                    for b in counted))  # fmt: skip
+            arms.append(flops * k["lane_flop"] / (c.cores * k["max_lanes"] * speedup))
+        arms.extend(self._memory(c, k).values())
         return max(arms) if arms else None
 
     def cost(self, candidate: CandidateFeatures, coefficients: Mapping[str, float]) -> Cost:
@@ -195,4 +321,4 @@ def floor_s(func, target=None, *, machine: MachineModel | None = None, policy=No
         machine = host_machine(host_target(num_cores=int(target.attrs["num-cores"])))
     policy = policy if policy is not None else RooflinePolicy()
     coefficients = validated_coefficients(policy, machine)
-    return policy.floor_s(features(func, target), coefficients)
+    return policy.floor_s(c=features(func, target), k=coefficients)

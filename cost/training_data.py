@@ -44,8 +44,8 @@ from tvm_ext.records.logs import (
 
 from .features import STORE_SUMMARY
 
-FEATURE_VERSION = 1
-ROOFLINE_ARMS = ("compute", "memory.llc", "memory.dram", "dependency")
+FEATURE_VERSION = 2  # 2: the roofline of issue 16 (ISA ceilings, issue arm, chain from segments)
+ROOFLINE_ARMS = ("compute", "memory.llc", "memory.dram", "dependency", "issue")
 ID_COLUMNS = (
     "workload",
     "kernel",

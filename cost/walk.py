@@ -3,15 +3,24 @@ one :class:`~tvm_ext.cost.features.BlockFacts` per leaf block."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 from tvm_ext.base import tvm_api
 from tvm_ext.facts.kernels import np_dtype
 
+from .traffic import TrafficUnknown, run_traffic
+from .traffic import children as _children
+from .traffic import loads as _loads
+
 # Loops whose inner loop nest holds at most this many iterations may be fully unrolled and
 # loop-vectorized by LLVM even when the schedule did not ask (measured: shared/bound-study.md).
 AUTO_VECTOR_INNER_LIMIT = 1024
+# The same reach bounds what the compiler can unroll into one straight-line body (where it may
+# reuse a loaded value, reorder independent work or merge chains): the innermost loops whose
+# iterations multiply to at most this, plus every loop TVM itself unrolls or vectorizes.
+UNROLL_REACH = AUTO_VECTOR_INNER_LIMIT
 tirx, s_tir, ir = tvm_api.tirx, tvm_api.s_tir, tvm_api.ir
 _ARITH = (tirx.Add, tirx.Sub, tirx.Mul, tirx.Div, tirx.FloorDiv, tirx.FloorMod, tirx.Max,
           tirx.Min, tirx.Mod)  # fmt: skip
@@ -46,6 +55,26 @@ class BlockFacts:
     independent_outputs: int  # outputs updated inside the innermost reduction loop
     tensorized: bool = False
     unique_instances: int = 0
+    # Pipe pressure of one instance: multiplies (FMA or MUL pipes only) and floating-point
+    # instructions once every multiply-add pair is fused (None: not counted).
+    muls_per_instance: int | None = None
+    ops_per_instance: int | None = None
+    # The reduction's chain: the steps one output runs back to back (the reduction loops that
+    # enclose the innermost one with no spatial loop between), its step ("fma", "add" or "").
+    segment_length: int = 0
+    chain_op: str = ""
+    body_instances: int = 0  # instances of the innermost loops the compiler may unroll as one
+    chain_repeats: int = 1  # times each distinct chain is run again (recomputation around it)
+    lanes_bound: int = 0  # the most lanes its arithmetic can run at (0: unknown, see possible)
+    # Memory-port traffic of one run of the loop around that body (after the register
+    # allowance): load and store slots (one per vector-width window) and bytes; ``mem_runs``
+    # runs in all; blocks of one ``mem_group`` share that loop (they may share loads).
+    mem_runs: float = 0  # runs on all cores together (divided by cores_used per core)
+    mem_group: int = -1
+    load_slots: float = 0.0
+    load_bytes: float = 0.0
+    store_slots: float = 0.0
+    store_bytes: float = 0.0
 
     @property
     def flops(self) -> int | None:
@@ -116,6 +145,9 @@ class Walker:
         self.missing: dict[str, str] = {}
         self.threads: dict[str, int] = {}
         self.touched: int | None = 0
+        self.allocated: set[str] = set()  # buffers of the function's own (not parameters)
+        self.stored: set[str] = set()  # buffers some block writes
+        self._pending: list[tuple[int, list, object]] = []  # (block index, loops, body)
 
     def stmt(self, node, loops: list[_Loop]) -> None:
         if isinstance(node, tirx.For):
@@ -140,6 +172,7 @@ class Walker:
 
     def block(self, realize, loops: list[_Loop]) -> None:
         block = realize.block
+        self.allocated.update(str(b.name) for b in block.alloc_buffers)
         if any(isinstance(s, (s_tir.SBlockRealize, tirx.For)) for s in _children(block.body)):
             self.stmt(block.body, loops)  # a block around other blocks (the root, say)
             return
@@ -155,24 +188,44 @@ class Walker:
         cores_used = parallel / math.ceil(parallel / self.cores) if parallel > 1 else 1.0
         explicit = max([lp.extent for lp in loops if lp.kind == kinds.VECTORIZED] or [1])
         unroll = math.prod(lp.extent for lp in loops if lp.kind == kinds.UNROLLED)
-        possible = explicit
+        possible = explicit  # the record's historical fact (learned policies read it)
         for depth, lp in enumerate(loops):
             below = math.prod(x.extent for x in loops[depth + 1 :])
             if is_spatial[depth] and not is_red[depth] and below <= AUTO_VECTOR_INNER_LIMIT:
                 possible = self.max_lanes
+        lanes = _possible_lanes(realize, loops, is_red, is_spatial, explicit, self.max_lanes)
         red_depths = [d for d, r in enumerate(is_red) if r]
         length = math.prod(loops[d].extent for d in red_depths) if red_depths else 1
         inside = math.prod(lp.extent for lp in loops[red_depths[-1] + 1 :]) if red_depths else 1
+        segment, band = 1, len(loops)
+        if red_depths:
+            for d in range(red_depths[-1], -1, -1):  # outwards while no spatial loop intervenes
+                if loops[d].extent > 1 and (is_spatial[d] or not is_red[d]):
+                    break
+                segment *= loops[d].extent
+                band = d
+        # Loops that touch none of the block's variables repeat its instances (recomputation
+        # asked for by compute-at). Around a whole segment, each repeat runs its chain again:
+        # LLVM moves instructions out of loops (LICM), never a loop out of a loop.
+        repeat = [d for d, lp in enumerate(loops)
+                  if lp.extent > 1 and not is_red[d] and not is_spatial[d]]  # fmt: skip
+        chained = math.prod(loops[d].extent for d in repeat) if all(d < band for d in repeat) else 1
         tensorized = not all(isinstance(s, tirx.BufferStore) for s in _children(block.body))
+        muls = ops = None
         try:
             flops = _body_flops(block.body)
             touched = _access_bytes(block.body) * instances
+            muls, ops = _pipe_ops(block.body)
         except Unsupported as why:
             flops = touched = None
             tensorized = tensorized or "llvm" in str(why) or "call" in str(why)
             self.missing.setdefault("flops", f"block {block.name_hint}: {why}")
         self.touched = None if touched is None or self.touched is None else self.touched + touched
         dtype = str(_store_dtype(block.body) or "float32")
+        self.stored.update(str(s.buffer.name) for s in _children(block.body)
+                           if isinstance(s, tirx.BufferStore))  # fmt: skip
+        body_start = _body_start(loops)
+        self._pending.append((len(self.blocks), loops, realize))
         self.blocks.append(
             BlockFacts(
                 block.name_hint,
@@ -188,24 +241,131 @@ class Walker:
                 inside,
                 tensorized,
                 math.prod(_int(iv.dom.extent) or 1 for iv in block.iter_vars),
+                muls_per_instance=muls,
+                ops_per_instance=ops,
+                segment_length=segment if red_depths else 0,
+                chain_op=_chain_op(block.body) if red_depths else "",
+                body_instances=math.prod(lp.extent for lp in loops[body_start:]),
+                chain_repeats=chained if red_depths else 1,
+                lanes_bound=lanes,
             )
         )
 
+    def finish(self) -> list[BlockFacts]:
+        """The blocks with their memory-port traffic (needs every block's stores first)."""
+        reps: list = []  # the loop variable of each group's run loop
+        vector_bytes = self.max_lanes * 4
+        for index, loops, realize in self._pending:
+            start = _body_start(loops)
+            par = [d for d, lp in enumerate(loops) if lp.kind == tirx.ForKind.PARALLEL]
+            if start == 0 or any(d >= start for d in par):
+                continue  # the whole nest is one body, or the body is split over cores
+            runs = math.prod(lp.extent for lp in loops[: start - 1])
+            count = loops[start - 1].extent
+            if start - 1 in par:  # the run loop itself is split: a core runs one chunk of it
+                if len(par) > 1:
+                    continue
+                count = math.ceil(count / self.cores)
+                runs = runs * self.blocks[index].cores_used  # per core: one chunk per run
+            try:
+                loads, stores = run_traffic(
+                    realize, loops, start, count, self.allocated, self.stored, vector_bytes
+                )
+            except TrafficUnknown:
+                continue
+            var = loops[start - 1].var
+            group = next((i for i, v in enumerate(reps) if v.same_as(var)), len(reps))
+            if group == len(reps):
+                reps.append(var)
+            self.blocks[index] = dataclasses.replace(
+                self.blocks[index],
+                mem_runs=runs,
+                mem_group=group,
+                load_slots=loads[0],
+                load_bytes=loads[1],
+                store_slots=stores[0],
+                store_bytes=stores[1],
+            )
+        return self.blocks
 
-def _children(stmt):
-    return list(stmt.seq) if isinstance(stmt, tirx.SeqStmt) else [stmt]
+
+def _possible_lanes(realize, loops, is_red, is_spatial, explicit, max_lanes) -> int:
+    """Lanes the block's arithmetic may run at. With an explicitly vectorized spatial loop
+    around it (and no predicate, which TVM would scalarize), TVM emits vectors of that many
+    lanes, and LLVM widens neither (its loop vectorizer skips loops of vector instructions,
+    its SLP vectorizer does not re-vectorize by default): at most ``explicit`` lanes. Else any
+    loop but a reduction loop (a spatial loop, or one that repeats the block) with at most
+    ``AUTO_VECTOR_INNER_LIMIT`` inner iterations may be unrolled and loop-vectorized by LLVM
+    at full width (shared/bound-study.md)."""
+    kinds = tirx.ForKind
+    vector = [d for d, lp in enumerate(loops) if lp.kind == kinds.VECTORIZED and lp.extent > 1]
+    predicate = realize.predicate
+    plain = isinstance(predicate, tirx.IntImm) and int(predicate.value) == 1
+    if vector and plain and all(is_spatial[d] and not is_red[d] for d in vector):
+        return min(explicit, max_lanes) if explicit <= max_lanes else max_lanes
+    possible = explicit
+    for depth, lp in enumerate(loops):
+        below = math.prod(x.extent for x in loops[depth + 1 :])
+        if not is_red[depth] and below <= AUTO_VECTOR_INNER_LIMIT:  # spatial or a repeat
+            possible = max_lanes
+    return possible
 
 
-def _loads(expr) -> list:
-    if isinstance(expr, ir.TensorLoad):
-        return [expr]
-    if hasattr(expr, "a") and hasattr(expr, "b"):
-        return _loads(expr.a) + _loads(expr.b)
+def _body_start(loops) -> int:
+    """Index of the outermost loop of the body the compiler may unroll as one (see
+    ``UNROLL_REACH``); ``len(loops)`` when even the innermost loop is beyond the reach."""
+    start, product = len(loops), 1
+    for d in range(len(loops) - 1, -1, -1):
+        if product * loops[d].extent > UNROLL_REACH:
+            break
+        product *= loops[d].extent
+        start = d
+    kinds = tirx.ForKind
+    forced = [d for d, lp in enumerate(loops) if lp.kind in (kinds.UNROLLED, kinds.VECTORIZED)]
+    return min([start] + forced)
+
+
+def _pipe_ops(stmt) -> tuple[int, int]:
+    """(multiplies, floating-point instructions with every multiply-add pair fused)."""
+    muls = adds = flops = 0
+    for s in _children(stmt):
+        m, a, f = _op_kinds(s.value)
+        muls, adds, flops = muls + m, adds + a, flops + f
+    return muls, flops - min(muls, adds)
+
+
+def _op_kinds(expr) -> tuple[int, int, int]:
+    """(multiplies, adds/subtracts, all counted operations) of an expression."""
+    if isinstance(expr, (tirx.Add, tirx.Sub, tirx.Mul)) or isinstance(expr, _ARITH):
+        a, b = _op_kinds(expr.a), _op_kinds(expr.b)
+        m = int(isinstance(expr, tirx.Mul))
+        s = int(isinstance(expr, (tirx.Add, tirx.Sub)))
+        return a[0] + b[0] + m, a[1] + b[1] + s, a[2] + b[2] + 1
     if isinstance(expr, tirx.Cast):
-        return _loads(expr.value)
+        return _op_kinds(expr.value)
     if isinstance(expr, ir.Call):
-        return [x for a in expr.args if not isinstance(a, str) for x in _loads(a)]
-    return []
+        parts = [_op_kinds(a) for a in expr.args if not isinstance(a, str)]
+        own = int(str(getattr(expr.op, "name", expr.op)).rsplit(".", 1)[-1] in _MATH_CALLS)
+        return sum(p[0] for p in parts), sum(p[1] for p in parts), sum(p[2] for p in parts) + own
+    return 0, 0, 0
+
+
+def _chain_op(stmt) -> str:
+    """How a reduction's update combines (``acc + x * y``: "fma"; ``acc + x``: "add";
+    ``max(acc, x)`` or ``min``: "max")."""
+    kids = _children(stmt)
+    if len(kids) != 1 or not isinstance(kids[0], tirx.BufferStore):
+        return ""
+    value = kids[0].value
+    while isinstance(value, tirx.Cast):
+        value = value.value
+    if isinstance(value, tirx.Max) or isinstance(value, tirx.Min):
+        return "max"
+    if not isinstance(value, tirx.Add):
+        return ""
+    terms = [value.a, value.b]
+    stripped = [t.value if isinstance(t, tirx.Cast) else t for t in terms]
+    return "fma" if any(isinstance(t, tirx.Mul) for t in stripped) else "add"
 
 
 def _access_bytes(stmt) -> int:

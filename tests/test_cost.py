@@ -76,21 +76,22 @@ def test_cuda_features(host):
 
 def test_roofline_bound_holds_and_is_not_vacuous(host, machine):
     """Between two independent figures: no run beats the bound, and the bound is at least the
-    arithmetic at the machine's peak for the dtype (scaled by the policy's slack), so a bound
-    that collapsed towards zero would fail too.
+    function's proven floor (its FLOPs on every core at full width, at the ISA ceiling of the
+    CPU, and its compulsory bytes beyond the caches), so a bound that collapsed towards zero
+    would fail too.
 
-    Timing margin: none beyond the policy's own. What is checked is the bound given the
-    machine's figures: the bound divides them by ``slack`` (1.25, the policy's allowance for
-    probe noise); measurement noise only lengthens a run; and the figures are the best of
-    eleven probes taken at the start of this session (tests/conftest.py), so a probe that read
-    low under load neither outlives the session nor alone decides it. Measured here (2-core
-    Zen 3, quiet), the tightest case runs 3.6x its bound."""
+    Timing margin: none. The compute and chain arms rest on ISA facts (the fastest boost clock
+    and pipe counts of the CPU, tvm_ext/facts/isa.py), which no run can beat however loaded
+    the host; measurement noise only lengthens a run."""
+    from tvm_ext.cost import floor_s
+
     policy = RooflinePolicy()
     cases = [K.matmul(128, 128, 128), K.softmax(64, 256), K.conv2d(1, 8, 14, 14, 8, 3, 3, 1, 1)]
     cases.append(K.matmul(128, 128, 128, "uint8"))  # tensorized onto VNNI where the CPU has it
     cases.append(K.matmul(96, 80, 64, "bfloat16"))  # onto AVX512-BF16 where the CPU has it
     for w in cases:
-        floor = w.flops / (machine.peak(w.dtype) * policy.slack)
+        floor = floor_s(w.func, host, machine=machine, policy=policy)
+        assert floor is not None and floor > 0
         for obj in (w.func, S.schedule(w, host)):
             cost = evaluate(policy, obj, host, machine=machine)
             m = measure(obj, w, host, repeat=3)
@@ -200,11 +201,12 @@ def test_slack_must_keep_a_bound(host, machine):
     for bad in (0.5, math.inf, math.nan, "2"):
         with pytest.raises(ValueError, match=f"slack={bad!r}"):
             RooflinePolicy(slack=bad)
-    # Slack divides every arm: twice the slack, half of each arm and of the bound.
+    # Slack only loosens: it raises probed peaks and bandwidths and shortens probed latencies,
+    # never below the ISA facts; with twice the slack no arm grows.
     w = K.matmul(64, 64, 64)
     one = evaluate(RooflinePolicy(1.0), w.func, host, machine=machine)
     two = evaluate(RooflinePolicy(2.0), w.func, host, machine=machine)
     assert set(one.arms) == set(two.arms) and one.arms
     for arm, value in one.arms.items():
-        assert two.arms[arm] == pytest.approx(value / 2, rel=1e-12), arm
-    assert two.lower_bound_s == pytest.approx(one.lower_bound_s / 2, rel=1e-12)
+        assert two.arms[arm] <= value * (1 + 1e-12), arm
+    assert two.lower_bound_s <= one.lower_bound_s * (1 + 1e-12)

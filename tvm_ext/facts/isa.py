@@ -3,13 +3,32 @@
 A probe measures what the machine did once, on a shared host: a busy neighbour makes it read
 low (a peak) or high (a latency), and a bound built on it may then be beaten. These figures
 come from the instruction set and the fastest part of each microarchitecture instead, so every
-real run is slower than or equal to what they allow:
+real run is slower than or equal to what they allow. Each is an upper limit taken over every
+x86-64 core LLVM names (Haswell to Lion Cove, Skylake-SP to Granite Rapids, Zen 1 to Zen 5),
+from the vendors' optimization manuals and published instruction tables:
 
-- at most ``FMA_PIPES`` vector FMA instructions issue per cycle on any x86 core here (Haswell
-  to Raptor Lake, Skylake-SP to Emerald Rapids, Zen 1 to Zen 5: two FMA pipes; Zen 4 runs a
-  512-bit FMA through both 256-bit halves, so counting two full-width FMAs overstates it);
+- at most ``FMA_PIPES`` vector multiplies or FMAs issue per cycle (two FMA/multiply pipes on
+  every one of them);
+- at most ``FP_PIPES`` vector floating-point instructions of any kind issue per cycle (Zen 4
+  and Zen 5: two FMA and two FADD pipes; Golden Cove: three; Lion Cove: four);
+- an FMA pipe is at most :func:`fma_datapath_lanes` fp32 lanes wide: Zen 1 splits 256-bit
+  operations into two 128-bit halves, Zen 4 runs a 512-bit FMA through both 256-bit halves of
+  its pipes (AMD, "Software Optimization Guide for the AMD Zen4 Microarchitecture", 2.11),
+  every other core executes its widest vector in one pass;
 - a dependent FMA takes at least ``MIN_FMA_LATENCY_CYCLES`` cycles (4 on all of them; 5 on
-  Haswell and Zen 1);
+  Haswell and Zen 1), a dependent FP add at least ``MIN_FADD_LATENCY_CYCLES`` (2: Golden
+  Cove's fast adders and Zen 5; 3-4 elsewhere), a dependent FP max or min at least
+  ``MIN_FMAX_LATENCY_CYCLES`` (1: Zen 2 and Zen 3);
+- at most ``LOADS_PER_CYCLE`` loads of at most ``LOAD_BYTES_PER_CYCLE`` bytes together, and
+  ``STORES_PER_CYCLE`` stores of at most ``STORE_BYTES_PER_CYCLE`` bytes, issue per cycle
+  (Zen 5: four loads, two 512-bit; Golden Cove: three loads, two 512-bit; two stores on every
+  core the tables name, :func:`stores_per_cycle`; a gather or scatter takes one load or store
+  slot per element);
+- a program holds at most ``REGISTER_BYTES`` of data in registers (what it can name: 32 zmm
+  registers of 64 bytes, 16 general registers of 8, 8 mask registers of 8 and 8 x87 registers
+  of 10, 2320 bytes, rounded up; renamed physical registers cannot carry a value the program
+  does not name);
+- no more than :func:`reorder_window` instructions are in flight (the reorder buffer);
 - no core of a microarchitecture clocks above the fastest boost of its fastest part
   (``MAX_BOOST_GHZ``, keyed by LLVM's CPU name; an unknown CPU gets ``UNKNOWN_BOOST_GHZ``).
 """
@@ -17,7 +36,15 @@ real run is slower than or equal to what they allow:
 from __future__ import annotations
 
 FMA_PIPES = 2
+FP_PIPES = 4
 MIN_FMA_LATENCY_CYCLES = 4
+MIN_FADD_LATENCY_CYCLES = 2
+MIN_FMAX_LATENCY_CYCLES = 1
+LOADS_PER_CYCLE = 4
+LOAD_BYTES_PER_CYCLE = 128
+STORES_PER_CYCLE = 2
+STORE_BYTES_PER_CYCLE = 128
+REGISTER_BYTES = 2560
 UNKNOWN_BOOST_GHZ = 6.5  # above any shipping x86 part (Raptor Lake Refresh: 6.2 GHz)
 
 # The highest single-core boost of any part LLVM's CPU name covers (desktop parts included:
@@ -46,18 +73,84 @@ MAX_BOOST_GHZ = {
     "znver5": 5.8,
 }
 
+# fp32 lanes an FMA pipe processes per pass, where narrower than the widest register: a table
+# value too small would make the bound wrong, so only documented narrow datapaths are listed.
+FMA_DATAPATH_LANES = {"znver1": 4, "znver4": 8}
+
+# Reorder-buffer entries, rounded up; an unknown CPU gets the largest of any x86 core (Lion
+# Cove, 576). A larger window only lowers the dependency arm.
+REORDER_WINDOW = {
+    "haswell": 192,
+    "broadwell": 192,
+    "skylake": 224,
+    "skylake-avx512": 224,
+    "cascadelake": 224,
+    "cooperlake": 224,
+    "icelake-client": 352,
+    "icelake-server": 352,
+    "tigerlake": 352,
+    "rocketlake": 352,
+    "alderlake": 512,
+    "raptorlake": 512,
+    "meteorlake": 512,
+    "sapphirerapids": 512,
+    "emeraldrapids": 512,
+    "graniterapids": 512,
+    "znver1": 192,
+    "znver2": 224,
+    "znver3": 256,
+    "znver4": 320,
+    "znver5": 448,
+}
+MAX_REORDER_WINDOW = 576
+
 
 def max_boost_hz(cpu: str) -> float:
     """The fastest clock any core of LLVM CPU ``cpu`` can run at, in Hz."""
     return MAX_BOOST_GHZ.get(cpu, UNKNOWN_BOOST_GHZ) * 1e9
 
 
+def fma_datapath_lanes(cpu: str, lanes: int) -> int:
+    """fp32 lanes one FMA pipe of ``cpu`` completes per cycle with ``lanes``-wide vectors."""
+    return min(lanes, FMA_DATAPATH_LANES.get(cpu, lanes))
+
+
+def fma_lanes_per_cycle(cpu: str, lanes: int) -> int:
+    """fp32 multiply(-add) lanes one core of ``cpu`` completes per cycle with ``lanes``-wide
+    vectors. A CPU the tables do not name may be a Skymont E-core (four 128-bit FMA pipes):
+    narrow vectors then get four pipes."""
+    if cpu in MAX_BOOST_GHZ:
+        return FMA_PIPES * fma_datapath_lanes(cpu, lanes)
+    return max(FMA_PIPES * lanes, 4 * min(lanes, 4))
+
+
 def fp32_peak_ceiling(cpu: str, cores: int, lanes: int) -> float:
     """FLOP/s no fp32 code can exceed on ``cores`` cores of ``cpu`` with ``lanes``-wide vectors:
-    ``FMA_PIPES`` FMAs (2 FLOPs a lane) per cycle at the maximum boost clock."""
-    return cores * FMA_PIPES * lanes * 2.0 * max_boost_hz(cpu)
+    :func:`fma_lanes_per_cycle` FMA lanes (2 FLOPs each) per cycle at the maximum boost clock."""
+    return cores * fma_lanes_per_cycle(cpu, lanes) * 2.0 * max_boost_hz(cpu)
 
 
 def fma_latency_floor_s(cpu: str) -> float:
     """Seconds no dependent FMA step can beat on ``cpu``."""
     return MIN_FMA_LATENCY_CYCLES / max_boost_hz(cpu)
+
+
+def fadd_latency_floor_s(cpu: str) -> float:
+    """Seconds no dependent floating-point add can beat on ``cpu``."""
+    return MIN_FADD_LATENCY_CYCLES / max_boost_hz(cpu)
+
+
+def fmax_latency_floor_s(cpu: str) -> float:
+    """Seconds no dependent floating-point max or min can beat on ``cpu``."""
+    return MIN_FMAX_LATENCY_CYCLES / max_boost_hz(cpu)
+
+
+def stores_per_cycle(cpu: str) -> int:
+    """Stores ``cpu`` issues per cycle at most: ``STORES_PER_CYCLE`` on the cores the tables
+    name; a CPU they do not name may be a later E-core with more store ports, so twice that."""
+    return STORES_PER_CYCLE if cpu in MAX_BOOST_GHZ else 2 * STORES_PER_CYCLE
+
+
+def reorder_window(cpu: str) -> int:
+    """Instructions ``cpu`` can hold in flight (its reorder buffer), rounded up."""
+    return REORDER_WINDOW.get(cpu, MAX_REORDER_WINDOW)

@@ -274,7 +274,13 @@ def make_manifest(
         "workload": {"kernel": workload.name, "args": workload.args} if workload else None,
         "structural_hash": structural_hash(func),
         "policy": policy,
-        "trials": {k: stats.get(k) for k in ("generated", "dropped", "measured", "regrets")},
+        "trials": {
+            k: stats.get(k)
+            for k in ("generated", "dropped", "dropped_stage1", "dropped_stage2", "measured",
+                      "regrets")  # fmt: skip
+        },
+        # Each candidate the cut dropped: stage (1 before build, 2 after), bound, binding arm.
+        "dropped_candidates": list(stats.get("dropped_records") or []),
         "best_seconds": seconds,
         "best_gflops": gflops,
         "parity": {"max_rel_error": max_rel_error, "ok": True},

@@ -8,6 +8,14 @@ and the search ends on budget; the task scheduler never receives an empty batch 
 search still has candidates. In audit mode the dropped candidates are measured anyway, and any
 that ran faster than the incumbent at the time it was dropped (beyond the noise margin) is a
 regret. Every measured candidate's time is also checked against its bound (a violation).
+
+The cut has two stages. Stage 1 (above) prices the TIR before the build and saves the build.
+Stage 2 (:class:`PostBuildCut`, attached to the builder) prices each built candidate again
+with the facts of its machine code (:mod:`tvm_ext.cost.post_build`) before it is run, and
+saves the run: on a device farm, the scarce device time. A candidate dropped at stage 2 is
+handed to MetaSchedule as a build that produced nothing to run (its database stores it as it
+stores any candidate without a time); ``stats`` and the manifest count it as dropped, never
+as failed, with its bound and binding arm.
 """
 
 from __future__ import annotations
@@ -20,14 +28,17 @@ import numpy as np
 
 from tvm_ext.base import tvm_api
 from tvm_ext.base.errors import PolicyError
-from tvm_ext.cost.features import features
+from tvm_ext.cost.features import CandidateFeatures, features
 from tvm_ext.cost.policy import Cost, hard_constraints, validated_coefficients, validated_cost
+from tvm_ext.cost.post_build import post_build_cost
+from tvm_ext.facts.machine_code import CodeFacts
 from tvm_ext.records.logs import run_seconds
 
 log = logging.getLogger(__name__)
 ms = tvm_api.ms
 derived_object = tvm_api.derived_object
 PRUNED = "pruned: proven lower bound >= incumbent"
+POST_BUILD_PRUNED = "pruned after build: the machine code's lower bound >= incumbent"
 
 
 @dataclass
@@ -38,8 +49,12 @@ class PruneStats:
     initial_cut_s: float = math.inf  # the hand schedule's time, if one was measured first
     noise: float = 0.05  # relative margin for regrets and violations
     generated: int = 0
-    dropped: int = 0
+    dropped: int = 0  # both stages
+    dropped_stage1: int = 0  # before build (the TIR's bound)
+    dropped_stage2: int = 0  # after build, before the run (the machine code's bound)
     dropped_by_initial_cut: int = 0  # dropped while the incumbent was still the initial cut
+    withheld: int = 0  # dropped at stage 2 and not run (all of them, unless in audit mode)
+    reviewed: int = 0  # built candidates whose machine code stage 2 read
     measured: int = 0
     failed: int = 0  # sent to be built and run, and failed (build error, crash, timeout, ...)
     first_failure: str | None = None  # the first failure's message
@@ -48,6 +63,9 @@ class PruneStats:
     violations: int = 0
     batches: list = field(default_factory=list)  # per batch: generated, dropped, incumbent
     records: list = field(default_factory=list)  # (lower bound, measured s, binding, dropped)
+    # Every dropped candidate: stage, bound, binding arm, the incumbent it was cut at (and at
+    # stage 2 the widest register of its arithmetic).
+    dropped_records: list = field(default_factory=list)
     first_measured_s: float | None = None  # seconds from the tune's start to the first result
     # A PolicyError raised inside a MetaSchedule callback reaches the caller as a plain
     # RuntimeError (the FFI keeps the message, not the type): the first one is kept here, on
@@ -58,7 +76,11 @@ class PruneStats:
         keys = (
             "generated",
             "dropped",
+            "dropped_stage1",
+            "dropped_stage2",
             "dropped_by_initial_cut",
+            "withheld",
+            "reviewed",
             "measured",
             "failed",
             "infeasible",
@@ -69,7 +91,39 @@ class PruneStats:
             "incumbent_s": self.incumbent_s,
             "initial_cut_s": self.initial_cut_s,
             "records": list(self.records),
+            "dropped_records": list(self.dropped_records),
         }
+
+    def drop(self, stage: int, cost: Cost, code: CodeFacts | None = None) -> None:
+        """Count one candidate dropped at ``stage`` (1 or 2) and keep its bound and arm."""
+        self.dropped += 1
+        if stage == 1:
+            self.dropped_stage1 += 1
+        else:
+            self.dropped_stage2 += 1
+        if self.incumbent_s == self.initial_cut_s:
+            self.dropped_by_initial_cut += 1
+        entry = {"stage": stage, "bound_s": cost.lower_bound_s, "binding": cost.binding,
+                 "incumbent_s": self.incumbent_s}  # fmt: skip
+        if code is not None:
+            entry["register"] = code.widest_register
+        self.dropped_records.append(entry)
+
+
+@dataclass
+class Pending:
+    """A candidate of the batch in flight: its features, its cost (stage 2's once built) and
+    the stage that dropped it (0: none; in audit mode dropped candidates are measured too)."""
+
+    candidate: object
+    features: CandidateFeatures
+    cost: Cost
+    dropped: int = 0
+    code: CodeFacts | None = None
+
+    @property
+    def sent_to_run(self) -> bool:
+        return self.dropped != 2
 
 
 class Pricer:
@@ -80,6 +134,10 @@ class Pricer:
         self.coeffs = validated_coefficients(policy, machine)
 
     def __call__(self, candidate) -> Cost:
+        return self.price(candidate)[1]
+
+    def price(self, candidate) -> tuple[CandidateFeatures, Cost]:
+        """The candidate's features and its validated cost."""
         feats = features(
             candidate.sch,
             self.target,
@@ -87,7 +145,7 @@ class Pricer:
             stores=bool(getattr(self.policy, "needs_store_features", False)),
         )
         try:
-            return validated_cost(
+            return feats, validated_cost(
                 self.policy, feats, self.coeffs, hard_constraints(feats, self.target)
             )
         except PolicyError as err:
@@ -122,9 +180,71 @@ class PolicyCostModel(ms.cost_model.PyCostModel):
         return scores
 
 
+class PostBuildCut:
+    """Stage 2 of the cut, shared by a :class:`PruningSearch`, its clones and the builder.
+
+    The search hands it each batch it sends to build (:meth:`expect`); the builder, having
+    built a batch and read each module's machine code, asks :meth:`review` which candidates
+    to withhold from the run. A candidate is withheld when its stage-2 bound
+    (:func:`~tvm_ext.cost.post_build.post_build_cost`) is at least the incumbent; in audit
+    mode it is counted as dropped and run anyway.
+    """
+
+    def __init__(self, stats: PruneStats, cpu: str | None, prune: bool = True,
+                 audit: bool = False, policy=None, coefficients=None):  # fmt: skip
+        self.stats, self.cpu, self.prune, self.audit = stats, cpu, prune, audit
+        self.policy, self.coefficients = policy, coefficients  # the stage-1 bound's
+        self.batch: list[Pending] = []
+
+    @property
+    def enabled(self) -> bool:
+        """Whether stage 2 has a machine to bound with (a CPU model's name)."""
+        return self.cpu is not None
+
+    def expect(self, batch: list[Pending]) -> None:
+        """The batch the search sends to build next."""
+        self.batch = batch
+
+    def owns(self, build_inputs) -> bool:
+        """Whether ``build_inputs`` are this cut's batch (same modules, same order)."""
+        return len(build_inputs) == len(self.batch) and all(
+            inp.mod.same_as(p.candidate.sch.mod) for inp, p in zip(build_inputs, self.batch)
+        )
+
+    def review(self, build_inputs, code_facts) -> list[str | None] | None:
+        """Per built candidate, the reason to withhold it from the run (None: run it); None
+        when the batch is not this cut's. ``code_facts``: a :class:`CodeFacts` per candidate,
+        None where the build failed or its code could not be read."""
+        if not self.enabled or not self.owns(build_inputs):
+            return None
+        s, reasons = self.stats, []
+        for pending, code in zip(self.batch, code_facts):
+            reasons.append(None)
+            if code is None:
+                continue
+            pending.code = code
+            s.reviewed += 1
+            pending.cost = post_build_cost(pending.cost, pending.features, code, self.cpu,
+                                           self.policy, self.coefficients)  # fmt: skip
+            bound = pending.cost.lower_bound_s
+            if not self.prune or pending.dropped or bound is None or bound < s.incumbent_s:
+                continue
+            pending.dropped = 2
+            s.drop(2, pending.cost, code)
+            if s.batches:
+                s.batches[-1]["dropped"] += 1
+                s.batches[-1]["dropped_stage2"] = s.batches[-1].get("dropped_stage2", 0) + 1
+            if not self.audit:
+                s.withheld += 1
+                reasons[-1] = POST_BUILD_PRUNED
+        return reasons
+
+
 @derived_object
 class PruningSearch(ms.search_strategy.PySearchStrategy):
-    """EvolutionarySearch with an admissible cut before build (see the module docstring).
+    """EvolutionarySearch with an admissible cut before build and after it (see the module
+    docstring); ``post_build`` is stage 2, to attach to the builder
+    (:meth:`~tvm_ext.search.builder.PersistentBuilder.attach`).
 
     With ``prune=False`` nothing is dropped, but every candidate is still priced and its
     measurement recorded (the same search without the cut, for comparison).
@@ -140,6 +260,7 @@ class PruningSearch(ms.search_strategy.PySearchStrategy):
         stats: PruneStats | None = None,
         audit: bool = False,
         prune: bool = True,
+        post_build: PostBuildCut | None = None,
     ):
         super().__init__()
         self.prune = prune
@@ -151,7 +272,13 @@ class PruningSearch(ms.search_strategy.PySearchStrategy):
         self.machine, self.workload, self.audit = machine, workload, audit
         self.stats = stats if stats is not None else PruneStats()
         self.pricer = Pricer(policy, target, machine, workload, self.stats)
-        self._pending: list = []  # (candidate, cost, dropped) of the batch in flight
+        cpu = machine.cpu if machine is not None and target.kind.name == "llvm" else None
+        self.post_build = (
+            post_build
+            if post_build is not None
+            else PostBuildCut(self.stats, cpu, prune, audit, policy, self.pricer.coeffs)
+        )
+        self._pending: list[Pending] = []  # the batch in flight
         self._unmeasured: list = []  # candidates cut from the batch in flight
 
     def _initialize_with_tune_context(self, context) -> None:
@@ -170,31 +297,30 @@ class PruningSearch(ms.search_strategy.PySearchStrategy):
             batch = self.inner.generate_measure_candidates()
             if batch is None:
                 return None
-            priced = [(cand, self.pricer(cand)) for cand in batch]
+            priced = [(cand, *self.pricer.price(cand)) for cand in batch]
             s = self.stats
             keep, drop = [], []
-            for cand, cost in priced:
+            for cand, feats, cost in priced:
                 cut = (
                     self.prune
                     and cost.lower_bound_s is not None
                     and cost.lower_bound_s >= s.incumbent_s
                 )
-                (drop if (cut or not cost.feasible) else keep).append((cand, cost))
+                (drop if (cut or not cost.feasible) else keep).append(Pending(cand, feats, cost))
             s.generated += len(priced)
-            s.infeasible += sum(1 for _, c in drop if not c.feasible)
-            pruned = sum(1 for _, c in drop if c.feasible)
-            s.dropped += pruned
-            if s.incumbent_s == s.initial_cut_s:
-                s.dropped_by_initial_cut += pruned
+            s.infeasible += sum(1 for p in drop if not p.cost.feasible)
+            pruned = [p for p in drop if p.cost.feasible]
+            for p in pruned:
+                p.dropped = 1
+                s.drop(1, p.cost)
             s.batches.append(
-                {"generated": len(priced), "dropped": pruned, "incumbent_s": s.incumbent_s}
+                {"generated": len(priced), "dropped": len(pruned), "incumbent_s": s.incumbent_s}
             )
-            measured = keep + ([d for d in drop if d[1].feasible] if self.audit else [])
-            dropped_ids = {id(c) for c, _ in drop}
-            self._pending = [(c, cost, id(c) in dropped_ids) for c, cost in measured]
-            self._unmeasured = [c for c, cost in drop if not (self.audit and cost.feasible)]
-            if measured:
-                return [c for c, _ in measured]
+            self._pending = keep + (pruned if self.audit else [])
+            self._unmeasured = [p.candidate for p in drop if not (self.audit and p.dropped)]
+            self.post_build.expect(self._pending)
+            if self._pending:
+                return [p.candidate for p in self._pending]
             # Every candidate of this batch was cut: tell the inner search they failed (so its
             # trial count advances) and ask again rather than hand over an empty batch.
             self._forward([], [])
@@ -209,34 +335,46 @@ class PruningSearch(ms.search_strategy.PySearchStrategy):
         s = self.stats
         incumbent_before = s.incumbent_s
         failures = []
-        for (cand, cost, was_dropped), result in zip(self._pending, results):
+        sent = 0
+        for pending, result in zip(self._pending, results):
+            if not pending.sent_to_run and not self.audit:
+                continue  # withheld after build (stage 2): dropped, not failed
+            sent += 1
             secs = run_seconds(result.run_secs)
             if secs is None:
                 failures.append(failure_message(result.error_msg))
                 continue
-            s.measured += 1
-            bound = cost.lower_bound_s
-            s.records.append((bound, secs, cost.binding, was_dropped))
-            if bound is not None and secs < bound * (1 - s.noise):
-                s.violations += 1
-                log.warning(
-                    "bound violation: measured %.3g s < lower bound %.3g s (%s)",
-                    secs,
-                    bound,
-                    cost.binding,
-                )
-            if was_dropped and secs < incumbent_before * (1 - s.noise):
-                s.regrets += 1
-                log.warning(
-                    "regret: a dropped candidate ran %.3g s < incumbent %.3g s",
-                    secs,
-                    incumbent_before,
-                )
-            if not was_dropped:
-                s.incumbent_s = min(s.incumbent_s, secs)
-        self._count_failures(failures, len(results))
+            self._record(pending, secs, incumbent_before)
+        self._count_failures(failures, sent)
         self._forward(measure_candidates, results)
         self._pending = []
+        self.post_build.expect([])
+
+    def _record(self, pending: Pending, secs: float, incumbent_before: float) -> None:
+        """Count one measured candidate: its bound (stage 2's when it was built and read),
+        a violation, a regret, the incumbent."""
+        s, cost, was_dropped = self.stats, pending.cost, bool(pending.dropped)
+        s.measured += 1
+        bound = cost.lower_bound_s
+        s.records.append((bound, secs, cost.binding, was_dropped))
+        if bound is not None and secs < bound * (1 - s.noise):
+            s.violations += 1
+            log.warning(
+                "bound violation: measured %.3g s < lower bound %.3g s (%s)",
+                secs,
+                bound,
+                cost.binding,
+            )
+        if was_dropped and secs < incumbent_before * (1 - s.noise):
+            s.regrets += 1
+            log.warning(
+                "regret: a candidate dropped at stage %d ran %.3g s < incumbent %.3g s",
+                pending.dropped,
+                secs,
+                incumbent_before,
+            )
+        if not was_dropped:
+            s.incumbent_s = min(s.incumbent_s, secs)
 
     def _count_failures(self, failures: list[str], sent: int) -> None:
         s = self.stats
@@ -263,6 +401,7 @@ class PruningSearch(ms.search_strategy.PySearchStrategy):
             self.stats,
             self.audit,
             self.prune,
+            self.post_build,
         )
 
 

@@ -15,13 +15,14 @@ ms = tvm_api.ms
 
 @tvm_api.derived_object
 class ProgressCallback(ms.measure_callback.PyMeasureCallback):
-    """Shows trials done, the best GFLOP/s so far, how many candidates the cut dropped and how
-    many failed to build or run."""
+    """Shows trials done, the best GFLOP/s so far, how many candidates the cut dropped (in all,
+    and before build + after build) and how many failed to build or run."""
 
     def __init__(self, trials: int, flops: int | None, stats, started: float, enabled: bool = True):
         super().__init__()
         self.flops, self.stats, self.best, self.started = flops, stats, math.inf, started
         self.failed = 0
+        self.withheld = 0  # stage-2 drops of the stats seen so far (they reach us as failures)
         self.bar = tqdm(
             total=trials, desc="tuning", unit="trial", disable=not enabled, dynamic_ncols=True
         )
@@ -39,8 +40,17 @@ class ProgressCallback(ms.measure_callback.PyMeasureCallback):
                 self.best = min(self.best, secs)
             else:
                 self.failed += 1
-        best = min(self.best, self.stats.incumbent_s)
-        postfix = {"dropped": self.stats.dropped, "failed": self.failed}
+        # A candidate withheld after build reaches MetaSchedule as a build without artifact:
+        # it is dropped, not failed (the strategy counts both before this callback runs).
+        s = self.stats
+        withheld = s.withheld
+        self.failed -= withheld - self.withheld
+        self.withheld = withheld
+        best = min(self.best, s.incumbent_s)
+        postfix = {
+            "dropped": f"{s.dropped} ({s.dropped_stage1}+{s.dropped_stage2})",
+            "failed": self.failed,
+        }
         if self.flops and math.isfinite(best):
             postfix["best GFLOP/s"] = f"{self.flops / best / 1e9:.1f}"
         self.bar.set_postfix(postfix)

@@ -193,13 +193,26 @@ class Seed:
 
 
 def hand_schedule(task: Task):
-    """The library's schedule for the task, or None when no rule applies."""
+    """The library's schedule for the task: a suite workload's hand schedule, else (any other
+    function, such as a task of a model) the first IR rule's that takes it; None when none
+    applies.
+
+    A rule repacks a model's weights (``layout_free_buffers``) itself; MetaSchedule re-applies
+    its own weight rewriting (the RewriteLayout post-processor) to every record it starts
+    from, and that fails on a schedule that already repacked them (``args.size() ==
+    initial_indices_orig.size()``, TVM 0.27). So the rule schedules the function as if no
+    weight were marked, and that schedule is replayed on the function: the search then
+    repacks the weights of what it finds, as it does for its own candidates.
+    """
     from tvm_ext.schedules import schedule  # noqa: PLC0415  (the rules load TVMScript intrinsics)
 
-    if task.workload is None:
-        return None
     try:
-        return schedule(task.workload, task.target)
+        if task.workload is not None:
+            return schedule(task.workload, task.target)
+        if task.func.attrs is None or "layout_free_buffers" not in task.func.attrs:
+            return schedule(task.func, task.target)
+        plain = schedule(task.func.without_attr("layout_free_buffers"), task.target)
+        return apply_trace(task.func, plain.trace)
     except ScheduleNotApplicable as why:
         log.info("no hand schedule to seed the search: %s", why)
         return None
@@ -306,6 +319,9 @@ def search(task: Task, session: Session, seeded: Seed, stats, *, policy, bound_p
     strategy = PruningSearch(inner, bound_policy, *args, stats=stats, audit=audit)
     flops = task.workload.flops if task.workload else None
     bar = ProgressCallback(trials, flops, stats, session.started, enabled=progress)
+    attach = getattr(session.builder, "attach", None)  # stage 2 needs our builder
+    if attach is not None:
+        attach(strategy.post_build)
     try:
         run_search(task, session, seeded.database, strategy=strategy, trials=trials, batch=batch,
                    cost_model=PolicyCostModel(policy, *args, stats=stats), seed=seed,
@@ -316,6 +332,8 @@ def search(task: Task, session: Session, seeded: Seed, stats, *, policy, bound_p
         raise stats.policy_error from err
     finally:
         bar.close()
+        if attach is not None:
+            session.builder.detach(strategy.post_build)
     check_measured(task, stats)
 
 

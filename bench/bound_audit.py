@@ -1,0 +1,345 @@
+"""Violation hunt: MetaSchedule's own candidates, measured, against the roofline lower bound.
+
+For each workload, candidates are drawn from MetaSchedule's design space with its stock
+sampling (``PostOrderApply`` over the CPU rules of ``tvm_ext.search.space.design_space``, then
+``ReplayTrace``: every sampling decision re-drawn at random, the stock post-processors applied;
+no ranking of ours). Each distinct candidate is built for this host, checked against numpy and
+timed (the minimum over repeats, with the target's cores as threads), in a child process per
+workload (a crashing candidate is recorded and skipped). Bounds are computed afterwards from
+each candidate's trace, so ``--rebound`` re-prices a saved run with the current policy.
+
+    .venv/bin/python bench/bound_audit.py [--per-workload 55] [--quick] [--no-readme]
+    .venv/bin/python bench/bound_audit.py --rebound bench/bound_audit.json [--freeze-corpus 30]
+
+Per workload it reports: candidates, violations (measured < bound), min/median/max of
+measured/bound, the share a cut at the workload's best measured time would drop (bound >=
+best), and how often each arm binds. Raw rows (workload, trace, bound, arms, measured) go to
+``bench/bound_audit.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = pathlib.Path(__file__).resolve().parent
+RAW = HERE / "bound_audit.json"
+CORPUS = HERE.parent / "tests" / "data" / "bound_corpus" / "corpus.json"
+
+# name -> (suite kernel, positional args, keyword args)
+WORKLOADS = {
+    "matmul 256^3": ("matmul", (256, 256, 256), {}),
+    "matmul 16x512x512 (skinny)": ("matmul", (16, 512, 512), {}),
+    "batch_matmul 8x64x128x64": ("batch_matmul", (8, 64, 128, 64), {}),
+    "conv2d 1x16x28x28 f16 k3": ("conv2d", (1, 16, 28, 28, 16), {"padding": 1}),
+    "layernorm 256x1024": ("layernorm", (256, 1024), {}),
+    "softmax 256x1024": ("softmax", (256, 1024), {}),
+}
+
+
+def workload(name):
+    from tvm_ext import kernels
+
+    kernel, args, kwargs = WORKLOADS[name]
+    return kernels.SUITE[kernel](*args, **kwargs)
+
+
+def sample(name: str, count: int, seed: int) -> list:
+    """Up to ``count`` distinct candidates (trace JSON) of MetaSchedule's stock sampling."""
+    from tvm_ext import host_target
+    from tvm_ext.base import tvm_api
+    from tvm_ext.records.logs import structural_hash
+    from tvm_ext.search.space import design_space
+
+    ms = tvm_api.meta_schedule("llvm")
+    target = host_target()
+    w = workload(name)
+    seen, traces = set(), []
+    for round_ in range(6):  # ReplayTrace repeats itself: draw again until enough are distinct
+        ctx = ms.TuneContext(
+            tvm_api.as_module(w.func),
+            target=target,
+            space_generator=design_space(target),
+            search_strategy=ms.search_strategy.ReplayTrace(),
+            task_name=name,
+            rand_state=seed + 1000 * round_,
+            num_threads=1,  # deterministic for a seed
+        )
+        ctx.pre_tuning(2 * count, 2 * count, ctx.generate_design_space())
+        for cand in ctx.generate_measure_candidates() or ():
+            key = structural_hash(cand.sch.mod)
+            if key in seen:
+                continue
+            seen.add(key)
+            traces.append(_plain(cand.sch.trace.as_json()))
+            if len(traces) >= count:
+                return traces
+    return traces
+
+
+def _plain(obj):
+    """A trace's JSON as plain Python (TVM's containers and immediates unpacked)."""
+    if isinstance(obj, (list, tuple)) or type(obj).__name__ == "Array":
+        return [_plain(x) for x in obj]
+    if isinstance(obj, dict) or type(obj).__name__ == "Map":
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (bool, int, float, str)) or obj is None:
+        return obj
+    if hasattr(obj, "value"):  # IntImm, FloatImm, StringImm
+        return obj.value
+    raise TypeError(f"cannot write {type(obj).__name__} of a trace as JSON")
+
+
+def measure_child(name: str, traces_file: str, out: str, start: int, repeat: int) -> None:
+    """Build, check and time each trace from index ``start``; one JSON line per candidate."""
+    from tvm_ext import host_target
+    from tvm_ext.base.errors import ParityError
+    from tvm_ext.facts.measure import measure
+    from tvm_ext.records.logs import apply_trace
+
+    target, w = host_target(), workload(name)
+    traces = json.loads(pathlib.Path(traces_file).read_text())
+    with open(out, "a") as f:
+        for i in range(start, len(traces)):
+            f.write(json.dumps({"index": i, "status": "started"}) + "\n")
+            f.flush()
+            row = {"index": i}
+            try:
+                sch = apply_trace(w.func, traces[i])
+                m = measure(sch, w, target, repeat=repeat, min_repeat_ms=10)
+                row.update(status="ok", measured_s=m.min_seconds, median_s=m.seconds,
+                           threads=m.threads)  # fmt: skip
+            except ParityError as err:
+                row.update(status="parity", error=str(err)[:300])
+            except Exception as err:  # noqa: BLE001  recorded per candidate, never silent
+                row.update(status="failed", error=f"{type(err).__name__}: {str(err)[:300]}")
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+
+
+def _watch(cmd: list[str], out: pathlib.Path, limit_s: float) -> int:
+    """Run the child; stop it when one candidate has run for ``limit_s`` (its return code)."""
+    proc = subprocess.Popen(cmd)
+    seen, since = -1, time.monotonic()
+    while proc.poll() is None:
+        time.sleep(1.0)
+        lines = out.read_text().count("\n") if out.exists() else 0
+        if lines != seen:
+            seen, since = lines, time.monotonic()
+        elif time.monotonic() - since > limit_s:
+            proc.kill()  # the child we started, by its own handle
+            proc.wait()
+            return -9
+    return proc.returncode
+
+
+def measure_all(name: str, traces: list, repeat: int, limit_s: float = 180.0) -> list[dict]:
+    """Measure ``traces`` in child processes, restarting after a crash (or a candidate that
+    ran for ``limit_s``) past that candidate."""
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="bound-audit-"))
+    (tmp / "traces.json").write_text(json.dumps(traces))
+    out = tmp / "rows.jsonl"
+    results: dict[int, dict] = {}
+    start = 0
+    while start < len(traces):
+        cmd = [sys.executable, __file__, "--child", name, "--traces", str(tmp / "traces.json"),
+               "--out", str(out), "--start", str(start), "--repeat", str(repeat)]  # fmt: skip
+        returncode = _watch(cmd, out, limit_s)
+        started = None
+        for line in out.read_text().splitlines():
+            row = json.loads(line)
+            if row["status"] == "started":
+                started = row["index"]
+            else:
+                results[row["index"]] = row
+        if returncode == 0:
+            break
+        crashed = started if started is not None and started not in results else start
+        status = "timeout" if returncode == -9 else "crashed"
+        results[crashed] = {"index": crashed, "status": status, "rc": returncode}
+        start = max(results) + 1
+    shutil.rmtree(tmp, ignore_errors=True)
+    return [results.get(i, {"index": i, "status": "missing"}) for i in range(len(traces))]
+
+
+def bound_rows(rows: list[dict], machine=None) -> list[dict]:
+    """Price every measured row with the roofline policy (in place), from its trace."""
+    from tvm_ext.cost import RooflinePolicy, evaluate
+
+    from tvm_ext import host_target
+    from tvm_ext.facts.machine import host_machine
+    from tvm_ext.records.logs import apply_trace
+
+    target = host_target()
+    machine = machine if machine is not None else host_machine(target)
+    policy, cache = RooflinePolicy(), {}
+    for row in rows:
+        w = cache.setdefault(row["workload"], workload(row["workload"]))
+        sch = apply_trace(w.func, row["trace"])
+        cost = evaluate(policy, sch, target, machine=machine, workload=w)
+        row["bound_s"] = cost.lower_bound_s
+        row["binding"] = cost.binding
+        row["arms"] = dict(cost.arms)
+    return rows
+
+
+def summarize(rows: list[dict]):
+    import numpy as np
+    import pandas as pd
+
+    out = []
+    groups = {name: [r for r in rows if r["workload"] == name] for name in dict.fromkeys(
+        r["workload"] for r in rows)}  # fmt: skip
+    groups["all"] = rows
+    measured = [r for r in rows if r.get("status") == "ok" and r.get("bound_s")]
+    best = {}
+    for r in measured:
+        best[r["workload"]] = min(best.get(r["workload"], float("inf")), r["measured_s"])
+    for name, group in groups.items():
+        ok = [r for r in group if r.get("status") == "ok" and r.get("bound_s")]
+        if not ok:
+            continue
+        ratio = np.array([r["measured_s"] / r["bound_s"] for r in ok])
+        cut = np.mean([r["bound_s"] >= best[r["workload"]] for r in ok])
+        arms = pd.Series([r["binding"] for r in ok]).value_counts()
+        out.append({
+            "workload": name,
+            "candidates": len(ok),
+            "failed": sum(1 for r in group if r.get("status") != "ok"),
+            "violations": int(np.sum(ratio < 1.0)),
+            "min measured/bound": ratio.min(),
+            "median": float(np.median(ratio)),
+            "max": ratio.max(),
+            "cut at best drops %": 100 * cut,
+            "binding arms": ", ".join(f"{a} {n}" for a, n in arms.items()),
+        })  # fmt: skip
+    return pd.DataFrame(out)
+
+
+def freeze_corpus(data: dict, count: int) -> None:
+    """The ``count`` rows closest to their bound plus a spread of the rest, with everything a
+    test needs to recompute each bound without probing (see tests/test_bound_arms.py)."""
+    ok = [r for r in data["rows"] if r.get("status") == "ok" and r.get("bound_s")]
+    ok.sort(key=lambda r: r["measured_s"] / r["bound_s"])
+    closest = ok[: count // 2]
+    rest = ok[count // 2 :]
+    step = max(len(rest) // max(count - len(closest), 1), 1)
+    chosen = closest + rest[::step][: count - len(closest)]
+    corpus = {
+        "about": "Frozen MetaSchedule candidates with their measured minimum time; each "
+        "measured_s must be at least the roofline bound recomputed on the recorded CPU.",
+        "source": "bench/bound_audit.py",
+        "cpu_model": data["cpu_model"],
+        "mcpu": data["mcpu"],
+        "cores": data["cores"],
+        "machine": data["machine"],
+        "load_average": data.get("load_average"),
+        "date": data["date"],
+        "candidates": [
+            {
+                k: r[k]
+                for k in (
+                    "workload",
+                    "kernel",
+                    "args",
+                    "kwargs",
+                    "trace",
+                    "measured_s",
+                    "bound_s",
+                    "binding",
+                )
+            }  # fmt: skip
+            for r in chosen
+        ],
+    }
+    CORPUS.parent.mkdir(parents=True, exist_ok=True)
+    CORPUS.write_text(json.dumps(corpus, indent=1))
+    print(f"froze {len(chosen)} candidates into {CORPUS}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--per-workload", type=int, default=55)
+    parser.add_argument("--quick", action="store_true", help="4 candidates per workload")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--workloads", nargs="*", default=list(WORKLOADS))
+    parser.add_argument("--no-readme", action="store_true")
+    parser.add_argument("--rebound", help="re-price a saved run (JSON) instead of measuring")
+    parser.add_argument("--freeze-corpus", type=int, default=0, metavar="N")
+    parser.add_argument("--out", default=str(RAW))
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--traces", help=argparse.SUPPRESS)
+    parser.add_argument("--start", type=int, default=0, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        measure_child(args.child, args.traces, args.out, args.start, args.repeat)
+        return
+    from tvm_ext import host_target
+    from tvm_ext.facts.machine import host_machine
+    from tvm_ext.facts.target import target_cores, target_cpu
+
+    sys.path.insert(0, str(HERE))
+    from _common import cpu_name, write_section
+
+    target = host_target()
+    if args.rebound:
+        data = json.loads(pathlib.Path(args.rebound).read_text())
+        data["priced"] = f"bounds recomputed {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+    else:
+        count = 4 if args.quick else args.per_workload
+        data = {
+            "cpu_model": cpu_name(),
+            "mcpu": target_cpu(target),
+            "cores": target_cores(target),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "command": " ".join(sys.argv),
+            "repeat": args.repeat,
+            "load_average": {"start": os.getloadavg()},
+            "rows": [],
+        }
+        for name in args.workloads:
+            started = time.perf_counter()
+            traces = sample(name, count, args.seed)
+            kernel, pos, kw = WORKLOADS[name]
+            for trace, res in zip(traces, measure_all(name, traces, args.repeat)):
+                res.update(workload=name, kernel=kernel, args=list(pos), kwargs=kw, trace=trace)
+                data["rows"].append(res)
+            print(f"{name}: {len(traces)} candidates in {time.perf_counter() - started:.0f} s",
+                  flush=True)  # fmt: skip
+        data["load_average"]["end"] = os.getloadavg()
+        pathlib.Path(args.out).write_text(json.dumps(data))  # the measurements, before pricing
+    machine = host_machine(target)
+    data["machine"] = machine.to_json()
+    bound_rows([r for r in data["rows"] if r.get("status") == "ok"], machine)
+    pathlib.Path(args.out).write_text(json.dumps(data))
+    table = summarize(data["rows"])
+    print(table.to_string(index=False, float_format=lambda x: f"{x:.2f}"))
+    if args.freeze_corpus:
+        freeze_corpus(data, args.freeze_corpus)
+    if not args.no_readme:
+        load = data["load_average"]
+        write_section(
+            "bound_audit",
+            f"### Roofline bound vs MetaSchedule's own candidates (stock ReplayTrace sampling, "
+            f"{data['cores']} threads, min of {data.get('repeat', args.repeat)} timed repeats; "
+            f"LLVM CPU `{data['mcpu']}`; load average {load['start'][0]:.1f} at the start, "
+            f"{load.get('end', load['start'])[0]:.1f} at the end)\n\n"
+            f"Measured with `{data['command']}`"
+            + (f" ({data['priced']} with `--rebound`)" if data.get("priced") else "")
+            + '. measured/bound < 1 is a violation; "cut at best" is the share of candidates '
+            "whose bound is at least the workload's best measured time; failed: a build, run or "
+            "parity failure, or a candidate stopped after minutes of one run.",
+            table,
+        )
+
+
+if __name__ == "__main__":
+    main()

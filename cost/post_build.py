@@ -1,0 +1,195 @@
+"""Stage 2 of the admissible cut: a lower bound read off the built machine code.
+
+Stage 1 (:class:`~tvm_ext.cost.roofline.RooflinePolicy`) bounds a candidate from its TIR,
+before it is built; it must assume every loop LLVM could vectorize runs at the machine's full
+vector width. After the build, the code says which width it uses
+(:func:`tvm_ext.facts.machine_code.read_assembly`), and a candidate whose arithmetic is all
+128-bit or scalar gets a bound 4 to 16 times higher. The stage-2 bound is the largest of
+stage 1's arms, the arm below, and the policy's own arms recomputed with the code's width
+(``<arm>@<W>lanes``, see the end); it is never below the stage-1 bound.
+
+The arm ``machine_code.compute``, and why no run of the candidate can beat it
+------------------------------------------------------------------------------
+Let ``W`` be the most elements any floating-point arithmetic instruction of the built module
+processes (``CodeFacts.fp_lanes``: an instruction we do not know to be free of arithmetic
+counts, so ``W`` cannot read low). Then:
+
+1. Every FLOP the candidate's TIR counts (stage 1's per-block count of distinct instances,
+   the same numbers stage 1 prices) is done by a floating-point arithmetic instruction of this
+   module: the kernel is floating point (``float32``/``float64``/``float16``), no block is
+   tensorized, the code holds no dot-product instruction (VNNI, AVX512-BF16, AMX: several
+   multiply-adds per lane), no vector integer arithmetic wider than ``W`` (it could compute a
+   counted expression), and it calls nothing but its own functions and TVM's runtime
+   (threads, workspaces) or ``memcpy``/``memset``, and no indirect call could reach anything
+   else (:mod:`tvm_ext.facts.machine_code`). Otherwise stage 2 adds no arm: a call to
+   ``expf`` (softmax without fast math) may do arithmetic we cannot see.
+2. An instruction does at most ``W`` lanes; an FMA counts 2 FLOPs a lane, any other
+   arithmetic instruction (multiply, add, min/max, divide, ...) 1.
+3. A core completes at most :func:`~tvm_ext.facts.isa.fma_lanes_per_cycle` ``(cpu, W)``
+   multiply or FMA lanes per cycle at ``W``-wide vectors (``FMA_PIPES`` pipes, each at most
+   its datapath wide: Zen 4 runs a 512-bit FMA through two 256-bit halves, so a ``ymm`` FMA
+   still issues at 2 a cycle; a CPU the tables do not name may be an E-core with four
+   128-bit pipes) and issues at most ``FP_PIPES`` floating-point arithmetic instructions in
+   all (:mod:`tvm_ext.facts.isa`). So a core does at most ``2 x fma_lanes_per_cycle`` FLOPs a
+   cycle when every arithmetic instruction is an FMA or a multiply, else at most that plus
+   ``(FP_PIPES - FMA_PIPES) x W`` (the remaining pipes filled with adds).
+4. No core clocks above the fastest boost of its microarchitecture's fastest part
+   (:func:`tvm_ext.facts.isa.max_boost_hz`, keyed by the machine model's CPU name).
+5. A block's FLOPs are shared among at most the cores its parallel loops can occupy (stage 1's
+   ``cores_used``: TVM's runtime splits a parallel loop of extent P statically over the
+   threads, so ``P / ceil(P / cores)``), and blocks run one after the other on the same
+   cores, so their times add.
+
+Hence ``sum over blocks of FLOPs_b / (cores_used_b x per-cycle FLOPs x max boost)`` is no
+more than the time of any run. No figure here is probed: nothing a busy host does can make
+the arm read high.
+
+The policy's arms at the code's width
+-------------------------------------
+Under the same premises no instruction of the candidate does arithmetic on more than ``W``
+lanes, which is what :class:`~tvm_ext.cost.roofline.RooflinePolicy` reads its ``max_lanes``
+coefficient as (its per-block compute arm prices ``min(lanes, max_lanes)`` at the pipes'
+datapath width; its dependency arm lets a chain carry at most ``max_lanes`` outputs). So
+``policy.arms(features, {**coefficients, "max_lanes": W})`` are bounds too, each kept (as
+``<arm>@<W>lanes``) when it is above stage 1's. They are used only when every block's FLOPs
+were counted: the policy's fallback for uncounted blocks scales the register-wide peak by
+``max_lanes / vector_lanes``, which a core with a datapath narrower than its registers does
+not obey.
+"""
+
+from __future__ import annotations
+
+import math
+from types import MappingProxyType
+from typing import Mapping
+
+from tvm_ext.base.errors import PolicyError
+from tvm_ext.facts.isa import FMA_PIPES, FP_PIPES, fma_lanes_per_cycle, max_boost_hz
+from tvm_ext.facts.machine_code import CodeFacts
+
+from .features import CandidateFeatures
+from .policy import Cost
+
+ARM = "machine_code.compute"
+FLOAT_DTYPES = ("float32", "float64", "float16")
+
+
+def flops_per_cycle(code: CodeFacts, cpu: str) -> float:
+    """The most FLOPs one core of ``cpu`` does per cycle with this code's widths and
+    instruction mix (3. of the proof)."""
+    adds = 0 if code.fma_only else (FP_PIPES - FMA_PIPES) * code.fp_lanes
+    return 2.0 * fma_lanes_per_cycle(cpu, code.fp_lanes) + adds
+
+
+def why_no_arm(c: CandidateFeatures, code: CodeFacts) -> str | None:
+    """Why stage 2 cannot bound this candidate (the premises of 1.), or None when it can."""
+    if c.target_kind != "llvm":
+        return f"a {c.target_kind} candidate"
+    if c.dtype not in FLOAT_DTYPES:
+        return f"dtype {c.dtype}: its FLOPs may run in integer or dot-product instructions"
+    if not c.blocks and c.flops is None:
+        return "no FLOP count"
+    if any(b.tensorized for b in c.blocks):
+        return "a tensorized block"
+    if code.dot:
+        return f"dot-product instructions ({', '.join(code.dot)})"
+    if code.unknown_calls:
+        return f"calls {', '.join(code.unknown_calls)}"
+    if code.fp_lanes < 1:
+        return "no floating-point arithmetic in the code"
+    if code.int_lanes > code.fp_lanes:
+        return f"vector integer arithmetic {code.int_lanes} lanes wide"
+    return None
+
+
+def machine_code_arm(c: CandidateFeatures, code: CodeFacts, cpu: str) -> float | None:
+    """Seconds no run of the built candidate can beat (the module docstring's proof), or None
+    when its premises do not hold (:func:`why_no_arm`)."""
+    if why_no_arm(c, code) is not None:
+        return None
+    per_core = flops_per_cycle(code, cpu) * max_boost_hz(cpu)
+    counted = [b for b in c.blocks if b.unique_flops is not None]
+    if c.blocks and len(counted) == len(c.blocks):
+        return sum(b.unique_flops / (b.cores_used * per_core) for b in counted)
+    if c.flops is None:
+        return None
+    opaque = [b.cores_used for b in c.blocks if b.unique_flops is None]
+    cores = max(opaque) if opaque else float(c.cores)
+    return c.flops / (cores * per_core)
+
+
+def capped_arms(policy, c: CandidateFeatures, code: CodeFacts,
+                coefficients: Mapping[str, float]) -> dict[str, float]:  # fmt: skip
+    """The policy's arms recomputed with ``max_lanes`` = the code's width (see the module
+    docstring), named ``<arm>@<W>lanes``; empty when the premises do not hold."""
+    arms = getattr(policy, "arms", None)
+    lanes = coefficients.get("max_lanes")
+    counted = c.blocks and all(b.unique_flops is not None for b in c.blocks)
+    if arms is None or not lanes or not counted or code.fp_lanes >= lanes:
+        return {}
+    if why_no_arm(c, code) is not None:
+        return {}
+    capped = arms(c, {**coefficients, "max_lanes": float(code.fp_lanes)})
+    return {f"{name}@{code.fp_lanes}lanes": value for name, value in capped.items()}
+
+
+def post_build_cost(
+    stage1: Cost,
+    c: CandidateFeatures,
+    code: CodeFacts,
+    cpu: str,
+    policy=None,
+    coefficients: Mapping[str, float] | None = None,
+) -> Cost:
+    """The stage-2 cost: stage 1's arms, :data:`ARM` and (with ``policy`` and its
+    ``coefficients``) the policy's arms at the code's width; the bound is their maximum, so it
+    is never below stage 1's. Without a stage-1 bound (no machine model) nothing changes."""
+    if stage1.lower_bound_s is None:
+        return stage1
+    new = {}
+    arm = machine_code_arm(c, code, cpu)
+    if arm is not None:
+        new[ARM] = arm
+    if policy is not None and coefficients is not None:
+        for name, value in capped_arms(policy, c, code, coefficients).items():
+            if value > stage1.arms.get(name.split("@")[0], 0.0):
+                new[name] = value
+    for name, value in new.items():  # a policy's number is checked, never clamped
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+            label = type(policy).__name__ if policy is not None else "post_build"
+            raise PolicyError(
+                f"{label} stage-2 arm {name}={value!r}: must be a finite number >= 0",
+                policy=label,
+            )
+    if not new:
+        return stage1
+    arms = dict(stage1.arms) | new
+    top = max(new, key=new.get)
+    bound = max(stage1.lower_bound_s, new[top])
+    binding = top if new[top] > stage1.lower_bound_s else stage1.binding
+    return Cost(stage1.score_s, bound, binding, MappingProxyType(arms), stage1.violations)
+
+
+def evaluate_built(policy, sch, target=None, *, machine=None, workload=None):
+    """Both stages for one schedule: build it for ``target`` as MetaSchedule's builder does,
+    read its machine code; returns (stage-1 cost, stage-2 cost, :class:`CodeFacts`)."""
+    from tvm_ext.base import tvm_api
+    from tvm_ext.facts.machine import host_machine
+    from tvm_ext.facts.machine_code import read_assembly
+    from tvm_ext.facts.target import as_target, host_target
+
+    from .features import features
+    from .policy import evaluate, validated_coefficients
+
+    target = as_target(target)
+    if machine is None and target.kind.name == "llvm":
+        machine = host_machine(host_target(num_cores=int(target.attrs["num-cores"])))
+    stage1 = evaluate(policy, sch, target, machine=machine, workload=workload)
+    lib = tvm_api.build_for_tuning(tvm_api.as_module(sch), target)
+    code = read_assembly(tvm_api.assembly(lib))
+    if machine is None:
+        return stage1, stage1, code
+    feats = features(sch, target, workload)
+    coefficients = validated_coefficients(policy, machine)
+    stage2 = post_build_cost(stage1, feats, code, machine.cpu, policy, coefficients)
+    return stage1, stage2, code
