@@ -167,8 +167,6 @@ def test_damaged_logs_give_log_errors(a_log, host, tmp_path_factory, name, damag
     path = target / name
     original = path.read_text()
     kind, value = damage
-    if name == WORKLOADS and kind == "json":
-        return  # a known defect, pinned by test_replay_parses_the_workload_file below
     if kind == "truncate":
         path.write_text(original[:value])
     else:
@@ -183,13 +181,7 @@ def test_damaged_logs_give_log_errors(a_log, host, tmp_path_factory, name, damag
         assert result.measurement.max_rel_error < 1e-4
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known defect: replay() checks only that database_workload.json has one line and "
-    "never parses it, so a log whose workload file holds any JSON value is replayed "
-    "(a tune seeded from such a log hands the file to MetaSchedule's JSONDatabase)",
-)
-@pytest.mark.parametrize("value", [1, {"schema": 1}], ids=repr)
+@pytest.mark.parametrize("value", [1, {"schema": 1}, ["1", "not base64"]], ids=repr)
 def test_replay_parses_the_workload_file(a_log, tmp_path, value):
     from tvm_ext.records.logs import find_logs
     from tvm_ext.search.replayer import replay

@@ -17,10 +17,28 @@ def test_info_prints_target_and_sourced_machine_model(capsys, machine):
 
 
 def test_lab_prints_a_table_with_parity_and_speed(capsys, machine):
-    assert main(["lab", "--size", "64", "--trials", "0"]) == 0
+    assert main(["lab", "--size", "64", "--trials", "0", "--model", "none"]) == 0
     out = capsys.readouterr().out
     assert "naive" in out and "lecture cpu" in out and "ok (" in out
     assert "gflops" in out and "pct_peak" in out
+    assert "model:" not in out
+
+
+def test_lab_model_section_compares_untuned_ours_and_torch(capsys, machine):
+    assert (
+        main(["lab", "--size", "32", "--trials", "0", "--model", "mlp", "--model-size", "small"])
+        == 0
+    )
+    out = capsys.readouterr().out
+    section = out[out.index("model: mlp/small/b1") :]
+    rows = {c: [line for line in section.splitlines() if c in line] for c in CONTENDERS}
+    assert all(len(r) == 1 for r in rows.values()), section
+    assert "ok (" in rows["TVM untuned"][0] and "ok (" in rows["ours (rules)"][0]
+    # torch installed: timed with parity; absent: says so
+    assert "ok" in rows["torch eager"][0] or "not installed" in rows["torch eager"][0]
+
+
+CONTENDERS = ("TVM untuned", "ours (rules)", "torch eager")
 
 
 def test_tune_command(capsys, tmp_path, machine):

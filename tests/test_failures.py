@@ -43,6 +43,7 @@ def private_tmp(tmp_path, monkeypatch):
         time.sleep(0.2)
     assert not now, f"the tune left processes {sorted(now)} behind"
     assert not list(tmp.glob("tvm-ext-tune-*")), "the tune left its work dir behind"
+    assert not list(tmp.glob("tvm-ext-build*")), "the builder left build artifacts behind"
 
 
 def _runner_input():

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from tvm_ext.search.task_scheduler import TaskState, expected_gain_s, next_task
+from tvm_ext.search.task_scheduler import TaskState, expected_gain_s, next_task, spend
 
 
 def test_a_task_at_its_bound_gets_nothing_however_heavy():
@@ -49,3 +49,42 @@ def test_a_task_without_a_bound_is_never_retired():
     unproven = TaskState("opaque", weight=1.0, bound_s=None, incumbent_s=1e-3)
     assert not unproven.retired() and unproven.ceiling_s() == pytest.approx(1e-3)
     assert next_task([unproven], batch=8) == 0
+
+
+def _halving(states):
+    """A batch that halves the distance between a task's incumbent and its bound."""
+
+    def run(i, n):
+        s = states[i]
+        return s.bound_s + (s.incumbent_s - s.bound_s) / 2
+
+    return run
+
+
+def test_a_budget_goes_where_the_bound_leaves_room_and_is_spent_exactly():
+    states = [
+        TaskState("heavy_at_bound", weight=50.0, bound_s=1e-3, incumbent_s=1.2e-3),
+        TaskState("big", weight=1.0, bound_s=1e-4, incumbent_s=4e-3),  # can save 3.9 ms
+        TaskState("small", weight=1.0, bound_s=1e-4, incumbent_s=1e-3),  # can save 0.9 ms
+    ]
+    batches = spend(states, trials=40, batch=16, run_batch=_halving(states))
+    assert batches[0] == (1, 16)  # the largest bound-limited gain first
+    assert all(i != 0 for i, _ in batches) and states[0].trials == 0  # at its bound: nothing
+    assert [n for _, n in batches] == [16, 16, 8]  # the budget, and not a trial more
+    assert sum(s.trials for s in states) == 40
+
+
+def test_spending_stops_once_every_task_is_retired():
+    states = [
+        TaskState("a", weight=1.0, bound_s=1e-4, incumbent_s=1e-3),
+        TaskState("b", weight=2.0, bound_s=1e-4, incumbent_s=1e-3),
+    ]
+    batches = spend(states, trials=1000, batch=16, run_batch=lambda i, n: states[i].bound_s)
+    assert sorted(i for i, _ in batches) == [0, 1] and batches[0][0] == 1  # heavier first
+    assert all(s.retired() for s in states)
+
+
+def test_a_batch_that_measured_nothing_keeps_the_incumbent():
+    states = [TaskState("x", weight=1.0, bound_s=1e-4, incumbent_s=1e-3)]
+    spend(states, trials=16, batch=8, run_batch=lambda i, n: None)
+    assert states[0].incumbent_s == 1e-3 and states[0].trials == 16

@@ -20,7 +20,10 @@ from tvm_ext.facts.target import cuda_target, generic_target, host_target
 
 
 def tune(mod, target=None, **options):
-    """Tune a kernel; see :func:`tvm_ext.search.tuner.tune` (imported on first call: it loads
+    """Tune a kernel, or a whole model (a ``models.ZOO`` model, a Relax IRModule, a module of
+    several PrimFuncs: every task seeded by its IR rule, the budget spent where the proven
+    bound leaves room); see :func:`tvm_ext.search.tuner.tune` and
+    :func:`tvm_ext.search.model_tuner.tune_model` (imported on first call: they load
     MetaSchedule)."""
     from tvm_ext.search.tuner import tune as _tune
 
@@ -28,7 +31,8 @@ def tune(mod, target=None, **options):
 
 
 def replay(obj, target=None, **options):
-    """Replay a frozen log; see :func:`tvm_ext.search.replayer.replay`."""
+    """Replay a frozen log, or a model from its tasks' logs, with no search; see
+    :func:`tvm_ext.search.replayer.replay` and :func:`tvm_ext.search.model_tuner.replay_model`."""
     from tvm_ext.search.replayer import replay as _replay
 
     return _replay(obj, target=target, **options)

@@ -184,6 +184,18 @@ def meta_schedule(target_kind: str = "llvm"):
     return ms
 
 
+def stock_intrinsics(target_kind: str = "llvm") -> None:
+    """Register the tensor intrinsics stock MetaSchedule's default rules name for a target
+    kind (x86: VNNI/AVX512 dot products; cuda: WMMA/MMA), after :func:`meta_schedule` (whose
+    stand-in package leaves them unregistered): for a stock ``tune_relax``/``tune_tir``."""
+    import importlib
+
+    meta_schedule(target_kind)
+    importlib.import_module(
+        "tvm.s_tir.tensor_intrin." + ("cuda" if target_kind == "cuda" else "x86")
+    )
+
+
 def build_for_tuning(mod, target, _params=None):
     """MetaSchedule's default build without importing every tensor intrinsic in the worker
     (the stock one does, in every fresh builder process: 19-43 s each)."""

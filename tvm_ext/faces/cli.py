@@ -63,7 +63,51 @@ def _lab(args) -> int:
     table = run_lab(args.size, target, trials=args.trials)
     with pd.option_context("display.max_colwidth", 90, "display.width", 200):
         print(table.to_string(index=False, float_format=lambda x: f"{x:.2f}"))
-    return 0 if not table["parity"].str.startswith("FAIL").any() else 1
+    failed = table["parity"].str.startswith("FAIL").any()
+    if args.model != "none":
+        from tvm_ext.faces.lab import run_model_lab
+
+        models = run_model_lab(args.model, args.model_size, target)
+        model = models.attrs["model"]
+        print(
+            f"\nmodel: {model.key} ({model.flops / 1e6:.0f} MFLOP), end to end, "
+            f"{target.attrs['num-cores']} threads each, parity against numpy first"
+        )
+        print(models.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+        failed = failed or models["parity"].str.startswith("FAIL").any()
+    return 1 if failed else 0
+
+
+def _is_zoo_model(name: str) -> bool:
+    from tvm_ext.facts import models
+
+    return name in models.ZOO
+
+
+def _tune_model(args) -> int:
+    from tvm_ext.facts import models
+    from tvm_ext.facts.target import host_target
+    from tvm_ext.search.model_tuner import describe, tune_model
+
+    if args.shape:
+        raise ValueError(f"{args.kernel} is a zoo model: it takes --size and --batch, no sizes")
+    model = models.build(args.kernel, args.size, batch=args.batch)
+    target = host_target()
+    print(f"tuning {model.key} on {target.attrs['mcpu']} ({target.attrs['num-cores']} threads), "
+          f"{args.trials} trials")  # fmt: skip
+    r = tune_model(model, target, trials=args.trials, seed=args.seed, log_dir=args.log_dir,
+                   batch=args.batch_trials, policy=load_policy(args.policy))  # fmt: skip
+    _print_tasks(r.tasks)
+    print(describe(r) + (f"; logs in {r.log_dir}" if r.log_dir else ""))
+    return 0
+
+
+def _print_tasks(table) -> None:
+    shown = table.copy()
+    for column in [c for c in shown.columns if c.endswith("_s")]:
+        shown[column.removesuffix("_s") + " ms"] = shown.pop(column) * 1e3
+    with pd.option_context("display.width", 200, "display.max_columns", 30):
+        print(shown.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
 
 
 def _tune(args) -> int:
@@ -73,9 +117,14 @@ def _tune(args) -> int:
     from tvm_ext.facts.target import host_target
     from tvm_ext.search.tuner import tune
 
+    if _is_zoo_model(args.kernel):
+        return _tune_model(args)
     ctor = kernels.SUITE.get(args.kernel)
     if ctor is None:
-        raise ValueError(f"unknown kernel {args.kernel!r}; choose one of {sorted(kernels.SUITE)}")
+        raise ValueError(
+            f"unknown kernel {args.kernel!r}; choose one of {sorted(kernels.SUITE)}, or a zoo "
+            "model (tvm-ext tune encoder --size small)"
+        )
     dims = [
         p
         for p in inspect.signature(ctor).parameters.values()
@@ -113,11 +162,28 @@ def _tune(args) -> int:
     return 0
 
 
+def _replay_model(args) -> int:
+    from tvm_ext.facts import models
+    from tvm_ext.search.model_replay import replay_model
+    from tvm_ext.search.model_tuner import describe
+
+    model = models.build(args.folder, args.size, batch=args.batch)
+    r = replay_model(model, None, args.log_dir, allow_other_target=args.allow_other_target)
+    print(f"replayed {model.key} from {args.log_dir} (no search)")
+    _print_tasks(r.tasks)
+    print(describe(r))
+    return 0
+
+
 def _replay(args) -> int:
+    import os
+
     from tvm_ext.facts.target import host_target
     from tvm_ext.records.logs import cpu_model, target_key
     from tvm_ext.search.replayer import replay
 
+    if _is_zoo_model(args.folder) and not os.path.exists(args.folder):
+        return _replay_model(args)
     r = replay(args.folder, allow_other_target=args.allow_other_target)
     m, rec = r.measurement, r.recorded
     print(f"replayed {r.folder} (no search)")
@@ -218,6 +284,11 @@ def _evaluate_policies(args) -> int:
     return 0
 
 
+def _model_options(parser) -> None:
+    parser.add_argument("--size", default="full", choices=("full", "small"), help="zoo size")
+    parser.add_argument("--batch", type=int, default=1, help="the zoo model's batch")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tvm-ext", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
@@ -227,10 +298,21 @@ def main(argv: list[str] | None = None) -> int:
     info.set_defaults(run=_info)
     lab = sub.add_parser("lab", help="the schedule mini-lab table")
     lab.add_argument("--size", type=int, default=512, help="matmul size (default 512)")
+    lab.add_argument(
+        "--model",
+        default="decoder",
+        help="zoo model for the model section (default decoder; 'none' skips it)",
+    )
+    lab.add_argument("--model-size", default="full", choices=("full", "small"))
     lab.set_defaults(run=_lab)
-    tune = sub.add_parser("tune", help="tune one kernel of the suite on the host CPU")
-    tune.add_argument("kernel", help="matmul, batch_matmul, conv2d, softmax, layernorm, ...")
-    tune.add_argument("shape", type=int, nargs="+", help="the kernel's sizes, in order")
+    tune = sub.add_parser("tune", help="tune a kernel of the suite, or a zoo model, on the host")
+    tune.add_argument(
+        "kernel", help="matmul, batch_matmul, conv2d, softmax, ...; or a zoo model: mlp, encoder, "
+        "decoder, resnet"
+    )  # fmt: skip
+    tune.add_argument("shape", type=int, nargs="*", help="the kernel's sizes, in order")
+    _model_options(tune)
+    tune.add_argument("--batch-trials", type=int, default=16, help="trials per batch (models)")
     tune.add_argument("--dtype", default=None)
     tune.add_argument("--trials", type=int, default=64)
     tune.add_argument("--seed", type=int, default=0)
@@ -243,9 +325,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     tune.set_defaults(run=_tune)
     lab.add_argument("--trials", type=int, default=32, help="trials for the tuned row (0: none)")
-    rp = sub.add_parser("replay", help="replay one frozen log folder: parity and a fresh time")
-    rp.add_argument("folder")
+    rp = sub.add_parser(
+        "replay", help="replay one frozen log folder, or a zoo model from its tasks' logs"
+    )
+    rp.add_argument("folder", help="a log folder, or a zoo model name (mlp, encoder, ...)")
     rp.add_argument("--allow-other-target", action="store_true")
+    rp.add_argument("--log-dir", default="tuning_logs", help="the logs of a model's tasks")
+    _model_options(rp)
     rp.set_defaults(run=_replay)
     rep = sub.add_parser("report", help="a table of every frozen log")
     rep.add_argument("log_dir", nargs="?", default="tuning_logs")

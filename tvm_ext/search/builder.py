@@ -25,7 +25,7 @@ from tvm_ext.facts.machine_code import CodeFacts, read_assembly
 ms = tvm_api.ms
 
 
-def _build_one(mod_json: str, target_json: str, read_code: bool = False):
+def _build_one(mod_json: str, target_json: str, read_code: bool = False, root: str | None = None):
     """Build and export one candidate in a worker; returns the artifact's path and, with
     ``read_code``, the facts of its machine code as a dict (None when there is no LLVM
     assembly to read: a non-CPU target)."""
@@ -39,7 +39,8 @@ def _build_one(mod_json: str, target_json: str, read_code: bool = False):
             code = read_assembly(tvm_api.assembly(lib)).to_dict()
         except ValueError:  # no assembly to read: the candidate is run, stage 2 abstains
             code = None
-    path = os.path.join(tempfile.mkdtemp(prefix="tvm-ext-build-"), "mod." + tar.output_format)
+    folder = tempfile.mkdtemp(prefix="tvm-ext-build-", dir=root)
+    path = os.path.join(folder, "mod." + tar.output_format)
     lib.export_library(path, fcompile=tar)
     return path, code
 
@@ -63,6 +64,9 @@ class PersistentBuilder(ms.builder.PyBuilder):
         self.workers, self.timeout_s = workers, timeout_s
         self.cuts: list = []  # stage-2 cuts attached (one per search running through us)
         self.pool = tvm_api.PopenPoolExecutor(max_workers=workers, timeout=timeout_s)
+        # Every artifact lives under one folder of ours, removed at shutdown: the runner
+        # deletes an artifact's file, not its folder, and a failed run deletes nothing.
+        self.root = tempfile.mkdtemp(prefix="tvm-ext-builds-")
         # Start every worker now: their TVM import overlaps the caller's own work.
         self._warming = [self.pool.submit(_warm) for _ in range(workers)]
 
@@ -87,6 +91,7 @@ class PersistentBuilder(ms.builder.PyBuilder):
                 tvm_api.ir.save_json(inp.mod),
                 tvm_api.json_of_target(inp.target),
                 read_code,
+                self.root,
             )
             for inp in build_inputs
         ]
@@ -116,3 +121,4 @@ class PersistentBuilder(ms.builder.PyBuilder):
 
     def shutdown(self) -> None:
         self.pool.shutdown(wait=True)
+        shutil.rmtree(self.root, ignore_errors=True)

@@ -60,12 +60,11 @@ def compile(
         The rule list for :func:`tvm_ext.schedules.apply` (default its CPU rules).
     """
     start = _clock.perf_counter()
-    target, source = _cpu_target(target), _Source.of(model, params, reference, inputs)
-    bound = tvm_api.relax.transform.BindParams(source.entry, source.bind_map())(source.mod)
-    lowered = lower(bound, target, source.entry)
+    target, source = cpu_target(target), ModelSource.of(model, params, reference, inputs)
+    lowered = bind_and_lower(source, target)
     applied = apply(lowered, target) if rules is None else apply(lowered, target, rules=rules)
-    return _finish(source, "ours", target, fold_prepacks(applied.mod, source.entry), (), applied,
-                   start)  # fmt: skip
+    return build_compiled(source, "ours", target, fold_prepacks(applied.mod, source.entry), (),
+                          applied, start)  # fmt: skip
 
 
 def compile_untuned(
@@ -80,11 +79,18 @@ def compile_untuned(
     passed at every call (the "TVM untuned" column); same arguments and result as
     :func:`compile`."""
     start = _clock.perf_counter()
-    target, source = _cpu_target(target), _Source.of(model, params, reference, inputs)
+    target, source = cpu_target(target), ModelSource.of(model, params, reference, inputs)
     with target:
         mod = tvm_api.relax.get_pipeline("zero")(source.mod)
     weights = tuple(tvm_api.tensor(np.ascontiguousarray(w), tvm_api.cpu(0)) for w in source.weights)
-    return _finish(source, "untuned", target, mod, weights, None, start)
+    return build_compiled(source, "untuned", target, mod, weights, None, start)
+
+
+def bind_and_lower(source: "ModelSource", target):
+    """The source's module with its weights bound as constants, lowered by :func:`lower`: the
+    module whose PrimFuncs the rules schedule and the model tuner tunes."""
+    bound = tvm_api.relax.transform.BindParams(source.entry, source.bind_map())(source.mod)
+    return lower(bound, target, source.entry)
 
 
 def lower(mod, target, entry: str):
@@ -129,7 +135,10 @@ def fold_prepacks(mod, entry: str):
     )(mod)
 
 
-def _finish(source, path, target, mod, weights, applied, start) -> Compiled:
+def build_compiled(source, path, target, mod, weights, applied, start) -> Compiled:
+    """Build ``mod`` (the source's module, lowered and scheduled) into a :class:`Compiled`,
+    its parity checked when the source has a reference and inputs; ``start`` is the
+    ``perf_counter`` the compile began at."""
     kernels = tuple(tvm_api.called_prim_funcs(mod[source.entry]))
     executable = tvm_api.relax.build(mod, target=target)
     vm = tvm_api.relax.VirtualMachine(executable, tvm_api.cpu(0))
@@ -158,9 +167,10 @@ def _finish(source, path, target, mod, weights, applied, start) -> Compiled:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class _Source:
-    """What compile starts from, whatever it was given: the module, its entry function, the
-    weights to bind (by parameter), the inputs' specs, and the reference if any."""
+class ModelSource:
+    """What compile (and the model tuner) starts from, whatever it was given: the module, its
+    entry function, the weights to bind (by parameter), the inputs' specs, and the reference
+    if any."""
 
     name: str
     mod: object
@@ -173,21 +183,21 @@ class _Source:
     flops: int | None
 
     @staticmethod
-    def of(model, params, reference, inputs) -> "_Source":
+    def of(model, params, reference, inputs) -> "ModelSource":
         if isinstance(model, Model):
             if params is not None or reference is not None or inputs is not None:
                 raise ValueError(
                     "a zoo Model carries its params, reference and inputs; pass none of them"
                 )
-            return _Source.from_module(
+            return ModelSource.from_module(
                 model.mod, list(model.params), model.reference, model.inputs, model.key, model.flops
             )
         if not isinstance(model, tvm_api.IRModule):
             raise TypeError(f"expected a zoo Model or a Relax IRModule, got {type(model).__name__}")
-        return _Source.from_module(model, params, reference, inputs, None, None)
+        return ModelSource.from_module(model, params, reference, inputs, None, None)
 
     @staticmethod
-    def from_module(mod, params, reference, inputs, name, flops) -> "_Source":
+    def from_module(mod, params, reference, inputs, name, flops) -> "ModelSource":
         entry = _entry(mod)
         if params is None:  # from_exported_program(keep_params_as_input=True) keeps them here
             mod, detached = tvm_api.relax.frontend.detach_params(mod)
@@ -207,7 +217,7 @@ class _Source:
         weights = tuple(
             np.asarray(w) for w in (params.values() if isinstance(params, dict) else params)
         )
-        return _Source(
+        return ModelSource(
             name or entry,
             mod,
             entry,
@@ -238,11 +248,23 @@ def _entry(mod) -> str:
     return names[0]
 
 
-def _cpu_target(target):
+def cpu_target(target):
+    """``target`` as a Target (default the host); ValueError unless it is an llvm target."""
     target = as_target(target)
     if target.kind.name != "llvm":
         raise ValueError(f"compile builds for CPU (llvm) targets; got {target.kind.name}")
     return target
 
 
-__all__ = ["Compiled", "Timing", "compile", "compile_untuned", "lower"]
+__all__ = [
+    "Compiled",
+    "ModelSource",
+    "Timing",
+    "bind_and_lower",
+    "build_compiled",
+    "compile",
+    "compile_untuned",
+    "cpu_target",
+    "fold_prepacks",
+    "lower",
+]

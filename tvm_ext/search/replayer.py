@@ -179,12 +179,21 @@ def apply_logged_trace(func, trace_json):
 
 
 def replay(
-    obj, target=None, log_dir="tuning_logs", *, allow_other_target: bool = False, repeat: int = 10
-) -> ReplayResult:
+    obj,
+    target=None,
+    log_dir="tuning_logs",
+    *,
+    allow_other_target: bool = False,
+    repeat: int = 10,
+    **model_options,
+):
     """Apply the best record of a frozen log with no search, re-check parity, measure it.
 
     ``obj`` is a Workload, IRModule or PrimFunc (its log is found under ``log_dir`` by target
-    and workload key), or the path of one log folder (the workload stored in the log).
+    and workload key), or the path of one log folder (the workload stored in the log). A
+    model (a zoo Model, a Relax IRModule) is replayed task by task by
+    :func:`~tvm_ext.search.model_replay.replay_model` (``model_options``: its ``params``,
+    ``reference``, ``inputs``), which returns a ``ModelReplayResult``.
 
     A log tuned on another CPU replays when ``target``'s CPU has every ISA feature its
     schedule uses (:mod:`tvm_ext.search.portability`), built for ``target``, with an
@@ -192,6 +201,14 @@ def replay(
     figures; it is refused with a :class:`~tvm_ext.base.errors.TargetMismatch` naming the
     missing features, or across target kinds, unless ``allow_other_target``.
     """
+    from tvm_ext.search.model_replay import replay_model
+    from tvm_ext.search.model_tuner import is_model
+
+    if is_model(obj):  # a zoo Model or a Relax module: every task's log, one build
+        return replay_model(obj, target, log_dir, allow_other_target=allow_other_target,
+                            repeat=repeat, **model_options)  # fmt: skip
+    if model_options:
+        raise TypeError(f"replay() of one kernel takes no {sorted(model_options)}")
     target = as_target(target)
     folder, func, workload = _resolve(obj, target, log_dir)
     manifest = read_manifest(folder)
@@ -225,7 +242,21 @@ def logged_trace(folder: pathlib.Path, manifest: dict):
         raise CorruptLog(
             f"{folder / WORKLOADS_FILE}: expected one workload, found {len(workloads)}"
         )
+    _parse_workload(workloads[0], folder)
     return best_record(folder, chosen).trace_json
+
+
+def _parse_workload(line, folder: pathlib.Path) -> None:
+    """MetaSchedule's workload entry (``[structural hash, encoded module]``) must decode to a
+    module: a tune seeded from this log hands the file to MetaSchedule's JSONDatabase."""
+    try:
+        tvm_api.ms.database.Workload.from_json(line)
+    # TVM's FFI raises built-in error types (its InternalError is a RuntimeError).
+    except (RuntimeError, TypeError, ValueError) as err:
+        raise CorruptLog(
+            f"{folder / WORKLOADS_FILE}: not a MetaSchedule workload entry "
+            f"({str(err).splitlines()[0][:120]})"
+        ) from err
 
 
 def _apply(func, trace_json, folder: pathlib.Path):

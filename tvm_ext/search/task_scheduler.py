@@ -89,3 +89,22 @@ def next_task(tasks: list[TaskState], batch: int, retire_factor: float = RETIRE_
         if best_key is None or key > best_key:
             best, best_key = i, key
     return best
+
+
+def spend(states: list[TaskState], trials: int, batch: int, run_batch,
+          retire_factor: float = RETIRE_FACTOR) -> list[tuple[int, int]]:  # fmt: skip
+    """Spend a budget of ``trials`` batch by batch: each batch of ``batch`` trials (the last
+    one smaller) goes to :func:`next_task`'s choice, ``run_batch(index, trials)`` runs it and
+    returns the batch's best time of one call (None: nothing measured), which the task's state
+    records. Stops when the budget is spent or no task can gain anything (every task retired).
+    Returns (task index, trials) per batch, in order."""
+    spent, batches = 0, []
+    while spent < trials:
+        i = next_task(states, batch, retire_factor)
+        if i is None:
+            break
+        n = min(batch, trials - spent)
+        states[i].record(run_batch(i, n), n)
+        spent += n
+        batches.append((i, n))
+    return batches

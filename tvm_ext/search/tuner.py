@@ -50,9 +50,13 @@ def tune(
     hand_schedule: bool = True,
     work_dir=None,
     machine: MachineModel | None = None,
-) -> TuneResult:
+    **model_options,
+):
     """Tune a PrimFunc, single-function IRModule or suite Workload for ``target`` (default the
-    host CPU).
+    host CPU); a model (a zoo Model, a Relax IRModule or a module of several PrimFuncs) goes to
+    :func:`~tvm_ext.search.model_tuner.tune_model`, which returns a ``ModelTuneResult`` (then
+    ``trials`` is the whole model's budget, 0 allowed, and ``model_options`` are its
+    ``params``, ``reference``, ``inputs``, ``retire_factor`` and ``repeat``).
 
     The policy (default :class:`~tvm_ext.cost.RooflinePolicy`) ranks candidates. A proven lower
     bound drops every candidate that cannot beat the best time measured so far before it is
@@ -79,25 +83,26 @@ def tune(
     MetaSchedule works in ``work_dir`` (its database and ``logs/meta_schedule.log``); a given
     ``work_dir`` is kept, a temporary one is always removed.
     """
+    from tvm_ext.search.model_tuner import is_model, tune_model
+
+    if is_model(mod):
+        _model_arguments_only(runner=runner, workload=workload, audit=audit, work_dir=work_dir,
+                              hand_schedule=hand_schedule)  # fmt: skip
+        return tune_model(mod, target, trials=trials, log_dir=log_dir, seed=seed, batch=batch,
+                          policy=policy, progress=progress, machine=machine,
+                          **model_options)  # fmt: skip
+    if model_options:
+        raise TypeError(f"tune() of one kernel takes no {sorted(model_options)}")
     stages.checked_trials(trials)
     unknown_runner_warning(runner)
     task = stages.prepare(mod, target, workload, machine=machine, runner=runner)
-    policy, bound_policy = _policies(policy)
+    policy, bound_policy = policies(policy)
     folder = log_folder(log_dir, task.target, task.func) if log_dir is not None else None
     stats = PruneStats()
     with stages.open_session(task, work_dir, runner) as session:
-        seeded = stages.seed(task, session, folder, use_hand=hand_schedule)
-        try:
-            stages.search(task, session, seeded, stats, policy=policy, bound_policy=bound_policy,
-                          trials=trials, batch=batch, seed=seed, audit=audit,
-                          progress=progress)  # fmt: skip
-        except (KeyboardInterrupt, PolicyError, TuneError):
-            if folder is not None:  # every record measured so far is kept
-                stages.persist(folder, task, session, policy, stats, None)
-            raise
-        chosen = stages.select(task, session, seeded, bound_policy)
-        if folder is not None:
-            stages.persist(folder, task, session, policy, stats, chosen)
+        seeded, chosen = run_stages(task, session, folder, (policy, bound_policy), stats,
+                                    trials=trials, batch=batch, seed=seed, audit=audit,
+                                    progress=progress, use_hand=hand_schedule)  # fmt: skip
         summary = _summary(stats, seeded, session, chosen)
         kept = session.work_dir if session.kept else None
     return TuneResult(chosen.sch.mod, chosen.measurement, str(chosen.sch.trace), summary,
@@ -105,7 +110,40 @@ def tune(
                       str(folder) if folder is not None else None, task.where)  # fmt: skip
 
 
-def _policies(policy):
+def run_stages(task, session, folder, policy_pair, stats: PruneStats, *, trials: int,
+               batch: int, seed: int | None, audit: bool = False, progress: bool = True,
+               use_hand: bool = True):  # fmt: skip
+    """seed -> search -> select -> persist for one task in an open session (a kernel tune's
+    own, or one a model tune keeps open across its batches); returns (seed, selection).
+    ``policy_pair`` is :func:`policies`' (ranking policy, bound policy); ``folder`` the
+    frozen log (None: none). What was measured is kept in the log when the search fails."""
+    policy, bound_policy = policy_pair
+    seeded = stages.seed(task, session, folder, use_hand=use_hand)
+    try:
+        stages.search(task, session, seeded, stats, policy=policy, bound_policy=bound_policy,
+                      trials=trials, batch=batch, seed=seed, audit=audit,
+                      progress=progress)  # fmt: skip
+    except (KeyboardInterrupt, PolicyError, TuneError):
+        if folder is not None:  # every record measured so far is kept
+            stages.persist(folder, task, session, policy, stats, None)
+        raise
+    chosen = stages.select(task, session, seeded, bound_policy)
+    if folder is not None:
+        stages.persist(folder, task, session, policy, stats, chosen)
+    return seeded, chosen
+
+
+def _model_arguments_only(**given) -> None:
+    """A model tune runs each batch through this tuner with its own settings: these options
+    of a kernel tune do not apply to it."""
+    defaults = {"runner": None, "workload": None, "audit": False, "work_dir": None,
+                "hand_schedule": True}  # fmt: skip
+    odd = sorted(k for k, v in given.items() if v != defaults[k])
+    if odd:
+        raise ValueError(f"tune() of a model takes no {odd} (each task is seeded by its rule)")
+
+
+def policies(policy):
     """(ranking policy, bound policy): the policy's own bound when it proves one, else the
     roofline's behind it."""
     from tvm_ext.cost import RooflinePolicy

@@ -1,0 +1,356 @@
+"""``tune(model)``: every task of a model scheduled by its IR rule, then the trial budget spent
+batch by batch where the proven bound says time can still be won.
+
+The stages: lower the model as :func:`~tvm_ext.search.compile.compile` does -> extract its
+tasks (MetaSchedule's extraction: deduplicated by structure, weighted by call count) -> seed
+each with its rule's schedule, measured, and its proven floor (:func:`tvm_ext.cost.floor_s`)
+-> loop: :func:`~tvm_ext.search.task_scheduler.next_task` picks the task with the largest
+bound-limited gain, the kernel tuner gives it one batch, continuing from the task's log; a task
+within ``retire_factor`` of its floor is retired -> apply each task's best, fold the weight
+repacking, build, check parity (against the model's reference and the untuned build), time.
+:func:`~tvm_ext.search.model_replay.replay_model` does the last stage alone from the logs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import logging
+import os
+import pathlib
+import shutil
+import tempfile
+import time
+from typing import Sequence
+
+import numpy as np
+from tqdm import tqdm
+
+from tvm_ext.base import tvm_api
+from tvm_ext.facts.measure import check_parity
+from tvm_ext.facts.model_base import Model
+from tvm_ext.records.logs import cpu_model, structural_hash, target_key
+from tvm_ext.search import model_tasks
+from tvm_ext.search.compile import (
+    Compiled,
+    ModelSource,
+    Timing,
+    bind_and_lower,
+    build_compiled,
+    compile_untuned,
+    cpu_target,
+    fold_prepacks,
+)
+from tvm_ext.search.task_scheduler import RETIRE_FACTOR, TaskState, spend
+
+log = logging.getLogger("tvm_ext.tune")
+MODELS_FOLDER = "models"  # <log root>/<target key>/models/<model key>.json: a model's tasks
+
+
+def is_model(obj) -> bool:
+    """Whether ``tune``/``replay`` should treat ``obj`` as a model: a zoo Model, a Relax
+    IRModule, or a module of several PrimFuncs."""
+    if isinstance(obj, Model):
+        return True
+    if not isinstance(obj, tvm_api.IRModule):
+        return False
+    prims = sum(isinstance(f, tvm_api.PrimFunc) for f in obj.functions.values())
+    return model_tasks.has_relax(obj) or prims > 1
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ModelTuneResult:
+    """A tuned model: built, parity-checked and timed, with where the trials went.
+
+    ``tasks`` is the per-task table (name, weight, FLOPs, rule, rule time, tuned time, proven
+    floor, binding arm, trials, retired, ...); ``history`` one row per batch (task, trials so
+    far, the task's best, the end-to-end estimate sum(weight x best), tasks retired).
+    ``compiled``/``latency`` are None for a module of PrimFuncs only (nothing to run).
+    """
+
+    mod: "tvm_api.IRModule"  # the lowered module with every function's best schedule
+    compiled: Compiled | None
+    latency: Timing | None
+    tasks: object  # pandas DataFrame
+    history: object  # pandas DataFrame
+    floor_s: float | None  # sum of weight x floor over the tasks: no schedule runs faster
+    trials: int  # trials spent (at most the budget)
+    seconds: float  # wall time of the whole tune
+    log_dir: str | None  # the log root (None: a temporary one, removed)
+    manifest: str | None  # the model manifest written there
+
+    @property
+    def floor_ratio(self) -> float | None:
+        """End-to-end latency over the proven floor (>= 1; how far the model is above it)."""
+        if self.latency is None or not self.floor_s:
+            return None
+        return self.latency.seconds / self.floor_s
+
+    def trials_by_task(self):
+        """Trials each task had after each batch (rows: trials spent so far, columns: tasks
+        in table order), for a chart of where the budget went."""
+        import pandas as pd
+
+        running = dict.fromkeys(self.tasks["name"], 0)
+        rows, spent = [dict(running)], [0]
+        for before, after, task in zip(self.history["trials"], self.history["trials"][1:],
+                                       self.history["task"][1:]):  # fmt: skip
+            running[task] += int(after - before)
+            rows.append(dict(running))
+            spent.append(int(after))
+        return pd.DataFrame(rows, index=pd.Index(spent, name="trials"))
+
+    @property
+    def estimate_s(self) -> float:
+        """sum(weight x best time of one call) over the tasks: the kernels' share of a run."""
+        return float((self.tasks["tuned_s"] * self.tasks["weight"]).sum())
+
+
+def tune_model(model, target=None, *, trials: int = 64, log_dir=None, seed: int | None = None,
+               batch: int = 16, policy=None, progress: bool = True, machine=None, params=None,
+               reference=None, inputs=None, retire_factor: float = RETIRE_FACTOR,
+               repeat: int = 10) -> ModelTuneResult:  # fmt: skip
+    """Tune every task of ``model`` under one budget of ``trials`` (0: the rules alone).
+
+    ``model`` is a zoo Model, a Relax IRModule (``params``, ``reference``, ``inputs`` as for
+    :func:`~tvm_ext.search.compile.compile`) or a module of PrimFuncs. Each batch of
+    ``batch`` trials goes to the task with the largest bound-limited gain; a task within
+    ``retire_factor`` of its proven floor gets no more. With ``log_dir`` every task's records
+    join ``<log_dir>/<target key>/<workload key>/`` (shared with every model and kernel tune
+    of the same function, which start from them) and the model's task list is written to
+    ``<log_dir>/<target key>/models/``; without it the logs live in a temporary folder.
+    """
+    _check_budget(trials, batch)
+    started = time.perf_counter()
+    target = cpu_target(target)
+    prepared = prepare_model(model, target, params, reference, inputs)
+    root = pathlib.Path(log_dir) if log_dir is not None else None
+    scratch = None if root is not None else tempfile.mkdtemp(prefix="tvm-ext-model-logs-")
+    try:
+        logs = root if root is not None else pathlib.Path(scratch)
+        tasks = [model_tasks.seed(f, target, machine, logs) for f in prepared.found]
+        states = [TaskState(t.name, t.found.weight, t.bound_s, t.best_s) for t in tasks]
+        history = _search(tasks, states, trials, batch, logs, seed, policy, progress,
+                          retire_factor, prepared.key, started)  # fmt: skip
+        applied = model_tasks.apply_best(prepared.lowered, tasks)
+        compiled, latency = build_model(prepared, applied, target, repeat)
+        table = model_tasks.table(tasks, [s.retired(retire_factor) for s in states])
+        floor = _floor(tasks)
+        manifest = None
+        if root is not None:
+            manifest = _write_manifest(root, target, prepared, table, floor, latency, history)
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+    import pandas as pd
+
+    spent = sum(t.trials for t in tasks)
+    return ModelTuneResult(applied.mod, compiled, latency, table, pd.DataFrame(history), floor,
+                           spent, time.perf_counter() - started,
+                           str(root) if root is not None else None, manifest)  # fmt: skip
+
+
+def _check_budget(trials, batch) -> None:
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 0:
+        raise ValueError(f"trials={trials!r} must be an int >= 0 (0: the rules' schedules alone)")
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"batch={batch!r} must be a positive int")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class PreparedModel:
+    source: ModelSource | None  # None: a module of PrimFuncs only
+    lowered: "tvm_api.IRModule"
+    found: list
+    key: str  # the model's name in manifests and progress bars
+
+
+def prepare_model(model, target, params, reference, inputs) -> PreparedModel:
+    """Lower the model as compile does (weights bound and folded, fused, weights marked for
+    repacking) and find its tasks."""
+    if isinstance(model, tvm_api.IRModule) and not model_tasks.has_relax(model):
+        if params is not None or reference is not None or inputs is not None:
+            raise ValueError("a module of PrimFuncs has no weights, reference or inputs")
+        key = f"prim_funcs-{structural_hash(model)}"
+        return PreparedModel(None, model, model_tasks.extract(model, target), key)
+    source = ModelSource.of(model, params, reference, inputs)
+    lowered = bind_and_lower(source, target)
+    if isinstance(model, Model):
+        key = f"{model.name}-{model.size}-b{model.batch}"
+    else:
+        key = f"{source.entry}-{structural_hash(lowered)}"
+    return PreparedModel(source, lowered, model_tasks.extract(lowered, target), key)
+
+
+def _estimate(tasks) -> float:
+    return sum(t.found.weight * t.best_s for t in tasks)
+
+
+def _search(tasks, states, trials, batch, logs, seed, policy, progress, retire_factor, key,
+            started) -> list[dict]:  # fmt: skip
+    """The batch loop (:func:`~tvm_ext.search.task_scheduler.spend`); returns one history
+    row for the seeds and one per batch."""
+    history = [_row(0, None, 0, tasks, states, retire_factor) | _since(started)]
+    if not trials or not tasks:
+        return history
+    bar = tqdm(total=trials, desc=f"tuning {key}", unit="trial", disable=not progress or not trials,
+               dynamic_ncols=True)  # fmt: skip
+
+    def run_batch(i: int, n: int) -> float | None:
+        step = len(history)
+        batch_seed = None if seed is None else seed + step
+        best = model_tasks.search_batch(tasks[i], n, logs, seed=batch_seed, policy=policy,
+                                        shared=shared)  # fmt: skip
+        spent = history[-1]["trials"] + n
+        history.append(_row(step, tasks[i].name, spent, tasks, states, retire_factor, i,
+                            tasks[i].best_s) | _since(started))  # fmt: skip
+        bar.set_postfix({"task": tasks[i].name, "end-to-end est ms":
+                         f"{_estimate(tasks) * 1e3:.3f}",
+                         "retired": f"{history[-1]['retired']}/{len(tasks)}"})  # fmt: skip
+        bar.update(n)
+        return None if best is None else min(best, tasks[i].best_s)
+
+    try:
+        with model_tasks.batch_session(tasks) as shared:
+            spend(states, trials, batch, run_batch, retire_factor)
+    finally:
+        bar.close()
+    if len(history) - 1 == 0 and trials:
+        log.info("%s: every task is within %.2fx of its floor", key, retire_factor)
+    return history
+
+
+def _row(step, name, spent, tasks, states, retire_factor, index=None, best=None) -> dict:
+    """One history row; ``index``/``best``: the batch's task and its new incumbent (its
+    state is updated only after the batch returns)."""
+    incumbents = [s.incumbent_s for s in states]
+    if index is not None:
+        incumbents[index] = min(incumbents[index], best)
+    retired = sum(
+        s.bound_s is not None and inc <= retire_factor * s.bound_s
+        for s, inc in zip(states, incumbents)
+    )
+    return {"step": step, "task": name, "trials": spent, "task_best_s": best,
+            "estimate_s": _estimate(tasks), "retired": retired}  # fmt: skip
+
+
+def _since(started: float) -> dict:
+    return {"seconds": time.perf_counter() - started}
+
+
+def _floor(tasks) -> float | None:
+    """sum(weight x floor), a task with no proven floor counting 0 (still a floor: no time
+    is below 0); None when no task has one."""
+    if all(t.bound_s is None for t in tasks):
+        return None
+    return sum(t.found.weight * (t.bound_s or 0.0) for t in tasks)
+
+
+def build_model(prepared: PreparedModel, applied, target, repeat: int):
+    """Build the model with the chosen schedules, check parity against its reference (a zoo
+    model's numpy) and against TVM's untuned build of the same model, and time it."""
+    source = prepared.source
+    if source is None:
+        return None, None
+    start = time.perf_counter()
+    untuned = compile_untuned(source.mod, target, _weights_by_name(source))
+    inputs = source.inputs if source.inputs is not None else _random_inputs(source)
+    expected = untuned.run(*inputs)
+    if source.reference is None:  # the untuned build is the reference
+
+        def reference(xs: Sequence[np.ndarray]):
+            return untuned.run(*xs)
+
+        source = dataclasses.replace(source, reference=reference, inputs=tuple(inputs))
+    mod = fold_prepacks(applied.mod, source.entry)
+    compiled = build_compiled(source, "tuned", target, mod, (), applied, start)
+    check_parity(_as_list(compiled.run(*inputs)), _as_list(expected),
+                 f"{source.name} (tuned) vs the untuned build")  # fmt: skip
+    return compiled, compiled.time(repeat=repeat)
+
+
+def _weights_by_name(source: ModelSource) -> dict | None:
+    names = [str(v.name) for v in source.weight_vars]
+    return dict(zip(names, source.weights)) if names else None
+
+
+def _random_inputs(source: ModelSource) -> tuple[np.ndarray, ...]:
+    rng = np.random.default_rng(0)
+    inputs = []
+    for dims, dtype in source.input_specs:
+        if any(d is None for d in dims):
+            raise ValueError(f"{source.name}: input of symbolic shape {dims}; pass inputs=")
+        inputs.append(rng.standard_normal(dims).astype(dtype))
+    return tuple(inputs)
+
+
+def _as_list(out) -> list:
+    return [out] if isinstance(out, np.ndarray) else list(out)
+
+
+def manifest_path(root, target, key: str) -> pathlib.Path:
+    return pathlib.Path(root) / target_key(target) / MODELS_FOLDER / f"{key}.json"
+
+
+def _write_manifest(root, target, prepared, table, floor, latency, history) -> str:
+    """The model's tasks (each a log folder beside) and its figures, written atomically."""
+    path = manifest_path(root, target, prepared.key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    found = {f.name: f for f in prepared.found}
+    record = {
+        "schema": 1,
+        "model": prepared.key,
+        "target_key": target_key(target),
+        "cpu_model": cpu_model(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "tasks": [
+            {
+                "name": r["name"],
+                "log": found[r["name"]].key,
+                "weight": int(r["weight"]),
+                "rule": r["rule"],
+                "source": r["source"],
+                "rule_s": r["rule_s"],
+                "tuned_s": r["tuned_s"],
+                "bound_s": r["bound_s"],
+                "trials": int(r["trials"]),
+                "retired": bool(r["retired"]),
+            }
+            for r in table.to_dict(orient="records")
+        ],  # fmt: skip
+        "trials": int(table["trials"].sum()),
+        "latency_s": latency.seconds if latency is not None else None,
+        "floor_s": floor,
+        "batches": len(history) - 1,
+    }
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(record, indent=1, default=float))
+    tmp.replace(path)
+    return str(path)
+
+
+def describe(result) -> str:
+    """The end-to-end line the CLI prints."""
+    lat = result.latency
+    if lat is None:
+        return "no model to run (a module of PrimFuncs): per-task times above"
+    line = f"end to end {lat.seconds * 1e3:.4g} ms ({lat.threads} threads, parity ok)"
+    floor = getattr(result, "floor_s", None)
+    if floor:
+        line += f"; proven floor {floor * 1e3:.4g} ms ({lat.seconds / floor:.1f}x above it)"
+    if getattr(result, "trials", None) is not None:
+        line += f"; {result.trials} trials in {result.seconds:.0f} s"
+    return line
+
+
+__all__ = [
+    "ModelTuneResult",
+    "describe",
+    "is_model",
+    "PreparedModel",
+    "build_model",
+    "manifest_path",
+    "prepare_model",
+    "tune_model",
+]
