@@ -9,7 +9,6 @@ columns and the seed."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import pathlib
@@ -18,6 +17,8 @@ import shutil
 import numpy as np
 import pytest
 from tvm_ext.cost import ServiceProfile, XGBoostPolicy, dataset, heldout
+
+from tvm_ext.facts.machine import MachineModel
 
 DATA = pathlib.Path(__file__).resolve().parents[1] / "tuning_logs" / "dataset"
 FROZEN = DATA / "policies"
@@ -31,16 +32,16 @@ def frozen():
 
 
 @pytest.fixture(scope="module")
-def data():
-    return dataset(DATA)
+def frozen_machine():
+    """The machine model that priced the frozen run's roofline columns (its probed bandwidths
+    and cache sizes): a fresh probe on any host reads a little differently."""
+    return MachineModel.from_json(json.loads((FROZEN / "machine.json").read_text()))
 
 
 @pytest.fixture(scope="module")
-def frozen_machine(machine):
-    """This host's model with the cache sizes of the machine that froze the figures."""
-    provenance = json.loads((FROZEN / "service_profile.json").read_text())["provenance"]
-    sizes = {k: int(provenance[k]) for k in ("llc_bytes", "l2_bytes")}
-    return dataclasses.replace(machine, **sizes)
+def data(frozen_machine):
+    # Priced with the frozen machine, not from a cache another test may have priced on this host.
+    return dataset(DATA, machine=frozen_machine, cache=False)
 
 
 def _run_fold(data, frozen, machine, monkeypatch, log_dirs):
@@ -120,7 +121,8 @@ def test_evaluate_policies_command_writes_what_the_protocol_computes(data, tmp_p
     argv = ["evaluate-policies", "--logs", str(logs), "--folds", "2", "--no-stock"]
     assert cli.main([*argv, "--out", str(out)]) == 0
     written = json.loads((out / "heldout.json").read_text())
-    small = data[data["workload"].isin(keep)].reset_index(drop=True)
+    # The command prices its dataset with this host's machine model: so does the check.
+    small = dataset(logs, machine=machine, cache=False)
     per, summary, _ = heldout.evaluate_policies(small, None, k=2, seed=0, machine=machine)
     assert written["folds"] == 2 and written["dataset"]["workloads"] == keep
     assert written["dataset"]["rows"] == len(small)

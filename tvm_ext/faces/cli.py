@@ -246,9 +246,11 @@ def _evaluate_policies(args) -> int:
 
     from tvm_ext.cost import dataset
     from tvm_ext.cost.heldout import evaluate_policies
+    from tvm_ext.facts.machine import host_machine
     from tvm_ext.records.logs import cpu_model
 
-    data = dataset(args.logs, progress=True)
+    machine = host_machine()  # prices the roofline columns; frozen beside the results
+    data = dataset(args.logs, progress=True, machine=machine)
     kinds = data["kernel"].nunique()
     print(
         f"dataset: {len(data)} measured candidates of {data['workload'].nunique()} workloads "
@@ -264,6 +266,8 @@ def _evaluate_policies(args) -> int:
         out.mkdir(parents=True, exist_ok=True)
         fitted["service_profile"].save(out / "service_profile.json")
         fitted["xgboost"].save(out / "xgboost_policy.json")
+        # The machine model that priced the roofline columns: a re-run prices with it.
+        (out / "machine.json").write_text(json.dumps(machine.to_json(), indent=1))
         record = {
             "command": "tvm-ext evaluate-policies " + " ".join(sys.argv[2:]),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
