@@ -34,12 +34,11 @@ from tvm_ext.base.errors import CorruptLog, LogError
 from tvm_ext.records.logs import (
     MANIFEST_FILE,
     RECORDS_FILE,
-    WORKLOADS_FILE,
     apply_trace,
     find_logs,
-    read_json_lines,
     read_manifest,
     read_records,
+    read_workload,
 )
 
 from .features import STORE_SUMMARY
@@ -143,14 +142,11 @@ class ReplayedLog:
         ms = tvm_api.meta_schedule()
         self.folder = pathlib.Path(folder)
         self.manifest = read_manifest(self.folder)
-        workload_rows = read_json_lines(self.folder / WORKLOADS_FILE)
-        if len(workload_rows) != 1:
-            raise CorruptLog(f"{self.folder / WORKLOADS_FILE}: expected one workload")
+        db_workload = read_workload(self.folder)
         try:
-            db_workload = ms.database.Workload.from_json(workload_rows[0])
             self.target = tvm_api.Target(self.manifest["target"])
-        except Exception as err:  # noqa: BLE001  any parse failure of a log is a CorruptLog
-            raise CorruptLog(f"{self.folder}: workload or target does not parse: {err}") from err
+        except (KeyError, RuntimeError, TypeError, ValueError) as err:
+            raise CorruptLog(f"{self.folder}: target does not parse: {err}") from err
         self.mod = db_workload.mod
         self.workload = from_func(tvm_api.main_func(self.mod))
         self.context = ms.TuneContext(

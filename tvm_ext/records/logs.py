@@ -276,8 +276,14 @@ def make_manifest(
         "policy": policy,
         "trials": {
             k: stats.get(k)
-            for k in ("generated", "dropped", "dropped_stage1", "dropped_stage2", "measured",
-                      "regrets")  # fmt: skip
+            for k in (
+                "generated",
+                "dropped",
+                "dropped_stage1",
+                "dropped_stage2",
+                "measured",
+                "regrets",
+            )  # fmt: skip
         },
         # Each candidate the cut dropped: stage (1 before build, 2 after), bound, binding arm.
         "dropped_candidates": list(stats.get("dropped_records") or []),
@@ -341,3 +347,20 @@ def report(root, machine=None, here=None):
             }
         )
     return pd.DataFrame(rows)
+
+
+def read_workload(folder):
+    """The log's one MetaSchedule workload entry (``database_workload.json``), decoded; a
+    CorruptLog naming the file when it holds anything else (a tune seeded from the log hands
+    the file to MetaSchedule's JSONDatabase)."""
+    path = pathlib.Path(folder) / WORKLOADS_FILE
+    rows = read_json_lines(path)
+    if len(rows) != 1:
+        raise CorruptLog(f"{path}: expected one workload, found {len(rows)}")
+    try:
+        return tvm_api.meta_schedule().database.Workload.from_json(rows[0])
+    # TVM's FFI raises built-in error types (its InternalError is a RuntimeError).
+    except (RuntimeError, TypeError, ValueError) as err:
+        raise CorruptLog(
+            f"{path}: not a MetaSchedule workload entry ({str(err).splitlines()[0][:120]})"
+        ) from err

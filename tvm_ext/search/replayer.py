@@ -25,14 +25,13 @@ from tvm_ext.facts.target import as_target
 from tvm_ext.records.logs import (
     MANIFEST_FILE,
     RECORDS_FILE,
-    WORKLOADS_FILE,
     apply_trace,
     best_record,
     cpu_model,
     find_logs,
     log_folder,
-    read_json_lines,
     read_manifest,
+    read_workload,
     structural_hash,
     target_key,
     uses_tensorize,
@@ -237,26 +236,8 @@ def logged_trace(folder: pathlib.Path, manifest: dict):
     chosen = manifest.get("best_record")
     if chosen is not None and (isinstance(chosen, bool) or not isinstance(chosen, int)):
         raise CorruptLog(f"{folder / MANIFEST_FILE}: best_record={chosen!r} is not a line number")
-    workloads = read_json_lines(folder / WORKLOADS_FILE)
-    if len(workloads) != 1:
-        raise CorruptLog(
-            f"{folder / WORKLOADS_FILE}: expected one workload, found {len(workloads)}"
-        )
-    _parse_workload(workloads[0], folder)
+    read_workload(folder)
     return best_record(folder, chosen).trace_json
-
-
-def _parse_workload(line, folder: pathlib.Path) -> None:
-    """MetaSchedule's workload entry (``[structural hash, encoded module]``) must decode to a
-    module: a tune seeded from this log hands the file to MetaSchedule's JSONDatabase."""
-    try:
-        tvm_api.ms.database.Workload.from_json(line)
-    # TVM's FFI raises built-in error types (its InternalError is a RuntimeError).
-    except (RuntimeError, TypeError, ValueError) as err:
-        raise CorruptLog(
-            f"{folder / WORKLOADS_FILE}: not a MetaSchedule workload entry "
-            f"({str(err).splitlines()[0][:120]})"
-        ) from err
 
 
 def _apply(func, trace_json, folder: pathlib.Path):
