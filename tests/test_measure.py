@@ -86,3 +86,35 @@ def test_threads_context_sets_and_restores_the_pool():
         with tvm_api.threads(4096):
             pass
     assert tvm_api.runtime_threads() == before
+
+
+def test_a_models_task_is_timed_without_its_weight_repack(host, monkeypatch):
+    """``weights_repacked_once`` (a model's task): parity on the whole function, repack
+    included; the time on the function without its repacking block, its weight a parameter in
+    the packed layout, as the compiled model runs it once the repack is folded."""
+    from tvm import topi
+
+    from tvm_ext.schedules.apply import schedule_func
+
+    X = te.placeholder((8, 64), name="X")
+    W = te.placeholder((96, 64), name="W")
+    func = te.create_prim_func([X, W, topi.nn.dense(X, W)]).with_attr("layout_free_buffers", [1])
+    sch, rule = schedule_func(func, host)
+    assert rule == "contraction"
+    stripped = tvm_api.param_specs(tvm_api.main_func(tvm_api.without_weight_repack(sch.mod)))
+    assert stripped[1] != ((96, 64), "float32") and stripped[0] == ((8, 64), "float32")
+    built = []
+    real_build = tvm_api.build
+
+    def spy(mod, target):
+        built.append(tvm_api.param_specs(tvm_api.main_func(mod)))
+        return real_build(mod, target)
+
+    monkeypatch.setattr(tvm_api, "build", spy)
+    m = tvm_ext.measure(sch, target=host, reference=func, repeat=2, weights_repacked_once=True)
+    assert m.max_rel_error < 1e-4
+    # Built: the scheduled function (parity), the reference, then the timed one, repack left out.
+    assert built[0][1] == ((96, 64), "float32") and built[-1] == stripped and len(built) == 3
+    built.clear()
+    tvm_ext.measure(sch, target=host, reference=func, repeat=2)  # a kernel: timed as built
+    assert len(built) == 2 and all(b[1] == ((96, 64), "float32") for b in built)

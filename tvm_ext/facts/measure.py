@@ -211,6 +211,7 @@ def measure(
     seed: int = 0,
     tracker: Tracker | None = None,
     label: str | None = None,
+    weights_repacked_once: bool = False,
 ) -> Measurement:
     """Build ``obj`` (Schedule, IRModule or PrimFunc) for ``target``, check parity, time it.
 
@@ -221,12 +222,21 @@ def measure(
     one of its devices (with the threads its server runs), and the fractions of peak use
     ``machine`` only (the devices' model; none is assumed). ``label`` names the kernel in
     messages (default its workload key or its own name).
+
+    ``weights_repacked_once``: the function is a task of a model, whose weights the compiled
+    model repacks once, at compile time (Relax lifts each block marked as a weight repack out
+    and folds it into a constant). Parity is checked on the whole function, repack included;
+    the time is that of the function without its repacking blocks
+    (:func:`~tvm_ext.base.tvm_api.without_weight_repack`, as MetaSchedule's builder times
+    its candidates), run on random inputs in the packed layouts: what the model runs per call.
     """
     if not isinstance(repeat, int) or repeat < 1:
         raise ValueError(f"repeat={repeat!r} must be a positive int")
     checked = _prepare(obj, workload, target, reference, seed, tracker, label)
-    runtime, lib = checked.runtime, checked.lib
-    tensors = [tvm_api.tensor(a, runtime.dev) for a in checked.arrays]
+    runtime, lib, arrays = checked.runtime, checked.lib, checked.arrays
+    if weights_repacked_once:
+        lib, arrays = _without_repack(obj, checked, seed)
+    tensors = [tvm_api.tensor(a, runtime.dev) for a in arrays]
     ev = lib.time_evaluator(
         lib.entry_name, runtime.dev, number=1, repeat=repeat, min_repeat_ms=min_repeat_ms
     )
@@ -257,6 +267,18 @@ def measure(
         str(checked.target),
         runtime.where,
     )
+
+
+def _without_repack(obj, checked: _Checked, seed: int):
+    """The checked module built without its weight-repacking blocks, and inputs for it (the
+    checked ones when it has no such block)."""
+    mod = tvm_api.as_module(obj)
+    stripped = tvm_api.without_weight_repack(mod)
+    specs = tvm_api.param_specs(tvm_api.main_func(stripped))
+    if specs == tvm_api.param_specs(tvm_api.main_func(mod)):
+        return checked.lib, checked.arrays
+    lib = checked.runtime.load(tvm_api.build(stripped, checked.target))
+    return lib, _random_inputs(specs, seed)
 
 
 def _fractions(checked: _Checked, machine: MachineModel | None, seconds: float):

@@ -92,7 +92,7 @@ def _replay_task(found, source: str, target, log_dir, allow_other_target: bool, 
 
     if source == "rule":
         named = found.func.with_attr("global_symbol", found.name)
-        task = stages.prepare(named, target, name=found.name)
+        task = stages.prepare(named, target, name=found.name, weights_repacked_once=True)
         sch = schedule_func(task.func, target)[0]
         return sch.mod, stages.measure_on_task(task, sch, repeat=repeat).seconds
     r = replay(found.func, target, log_dir, allow_other_target=allow_other_target, repeat=repeat)

@@ -136,13 +136,14 @@ def seed(found: FoundTask, target, machine, log_root) -> ModelTask:
     The incumbent is the rule's schedule as the model is compiled (weights repacked at
     compile time). The log gets the rule's schedule as the search can start from it
     (:func:`~tvm_ext.search.stages.hand_schedule`: weights left to the search's own
-    repacking), measured when it differs. A kernel's time here is :func:`measure`'s, whose
-    build repacks the weights on every call, for the rule and for the search's winners alike
-    (the model repacks them once): the plain seed skips that work, so it is a search seed and
-    never the model's schedule.
+    repacking), measured when it differs. Every time of a model's task leaves out the weight
+    repacking (the model does it once, at compile time; MetaSchedule's runner times the
+    search's candidates so too): the rule's schedule, the plain seed, a log's best and the
+    search's winners are compared as the model runs them.
     """
     named = found.func.with_attr("global_symbol", found.name)
-    task = stages.prepare(named, target, name=found.name, machine=machine)
+    task = stages.prepare(named, target, name=found.name, machine=machine,
+                          weights_repacked_once=True)  # fmt: skip
     sch, rule = schedule_func(task.func, task.target)
     m = stages.measure_on_task(task, sch)
     bound = floor_s(task.func, task.target, machine=task.machine)
@@ -216,6 +217,7 @@ def record_schedule(folder, task: stages.Task, sch, m, binding: str) -> None:
             measured_on=task.where,
         )
         manifest["binding"] = binding
+        manifest["weights_repacked_once"] = task.weights_repacked_once  # how times were taken
         merge_into_log(pathlib.Path(folder), pathlib.Path(work), manifest, best_is_first_new=True)
 
 

@@ -64,6 +64,9 @@ class Task:
     cores: int
     machine: MachineModel | None  # the roofline for llvm targets (the devices' with a tracker)
     tracker: Tracker | None = None  # the devices every measurement runs on
+    # A model's task: its weights are repacked once, at compile time, so a time excludes
+    # the repack (measure's ``weights_repacked_once``), as the search's runner times it.
+    weights_repacked_once: bool = False
 
     @property
     def label(self) -> str:
@@ -76,7 +79,7 @@ class Task:
 
 def prepare(mod, target=None, workload: Workload | None = None, name: str | None = None, *,
             with_machine: bool = True, machine: MachineModel | None = None,
-            runner=None) -> Task:  # fmt: skip
+            runner=None, weights_repacked_once: bool = False) -> Task:  # fmt: skip
     """A :class:`Task` from a PrimFunc, a one-function IRModule, a Schedule or a suite Workload.
 
     ``with_machine``: look up the roofline of an llvm target (a stock search needs none):
@@ -103,7 +106,8 @@ def prepare(mod, target=None, workload: Workload | None = None, name: str | None
             else device_machine(target, tracker)
         )
     mod = tvm_api.IRModule({"main": func})
-    return Task(name, mod, func, workload, target, cores, machine, tracker)
+    return Task(name, mod, func, workload, target, cores, machine, tracker,
+                weights_repacked_once)  # fmt: skip
 
 
 @dataclass
@@ -250,6 +254,7 @@ def measure_on_task(task: Task, sch, **options) -> Measurement:
     try:
         return measure(sch, task.workload, task.target, reference=reference,
                        machine=task.machine, tracker=task.tracker, label=task.label,
+                       weights_repacked_once=task.weights_repacked_once,
                        **options)  # fmt: skip
     except DeviceError as err:
         raise TuneError(f"tuning {task.label}: {err}", first_failure=str(err)) from err
@@ -421,6 +426,7 @@ def persist(folder, task: Task, session: Session, policy, stats, chosen: Selecti
         measured_on=task.where,
     )
     manifest["binding"] = chosen.cost.binding if chosen is not None else None
+    manifest["weights_repacked_once"] = task.weights_repacked_once  # how its times were taken
     if result is None:
         manifest["parity"] = {"max_rel_error": None, "ok": None}  # stopped early: replay checks
     chose_hand = chosen is not None and chosen.source == "hand schedule"
