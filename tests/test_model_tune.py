@@ -234,3 +234,33 @@ def test_cli_tunes_and_replays_a_zoo_model(capsys, tmp_path, host):
 def test_cli_model_mistakes_end_in_one_line(capsys):
     assert main(["tune", "mlp", "64", "32"]) == 2
     assert "zoo model" in capsys.readouterr().err
+
+
+def _workloads_after_reopen(func, folder) -> int:
+    """Commit ``func`` to a JSON database, reopen it from its files, commit again: how many
+    workloads it then holds."""
+    mod = tvm_api.IRModule({"main": func})
+    for _ in range(2):
+        db = tvm_api.ms.database.JSONDatabase(work_dir=str(folder))
+        db.commit_workload(mod)
+        del db
+    return len((folder / "database_workload.json").read_text().splitlines())
+
+
+def test_a_task_with_an_annotated_intermediate_weight_keeps_one_workload(host, tmp_path):
+    """TE's batch_matmul marks its second operand ``layout_free_placeholders`` in a block
+    annotation; in attention fused by Relax that operand is an intermediate buffer, which does
+    not survive the log's JSON round trip structurally equal: a reopened database held the
+    task twice and the log could not be merged (a full decoder tune crashed). Tasks drop it."""
+    from tvm_ext.search.compile import ModelSource, bind_and_lower
+
+    source = ModelSource.of(models.build("decoder", "small"), None, None, None)
+    lowered = bind_and_lower(source, host)
+    (raw,) = [f for gv, f in lowered.functions.items() if gv.name_hint.startswith("attention")]
+    assert any("layout_free_placeholders" in b.annotations for b in tvm_api.sblocks(raw))
+    (tmp_path / "raw").mkdir()
+    assert _workloads_after_reopen(raw.with_attr("global_symbol", "main"), tmp_path / "raw") == 2
+    task = model_tasks.normal(raw)
+    assert not any("layout_free_placeholders" in b.annotations for b in tvm_api.sblocks(task))
+    (tmp_path / "task").mkdir()
+    assert _workloads_after_reopen(task, tmp_path / "task") == 1

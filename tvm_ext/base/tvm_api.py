@@ -196,6 +196,23 @@ def stock_intrinsics(target_kind: str = "llvm") -> None:
     )
 
 
+def sblocks(func) -> Iterator["s_tir.SBlock"]:
+    """Every block of ``func`` (the root first), in program order."""
+    stack = [func.body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, s_tir.SBlock):
+            yield node
+        children = []
+        for name in ("block", "body", "then_case", "else_case", "init"):
+            child = getattr(node, name, None)
+            if isinstance(child, (tirx.stmt.Stmt,)):
+                children.append(child)
+        if isinstance(node, tirx.SeqStmt):
+            children.extend(node.seq)
+        stack.extend(reversed(children))
+
+
 def without_weight_repack(mod):
     """``mod`` without its weight-repacking blocks (those annotated
     ``meta_schedule.layout_rewrite_preproc``: MetaSchedule's RewriteLayout and our contraction

@@ -62,8 +62,25 @@ class FoundTask:
 
 
 def normal(func) -> "tvm_api.PrimFunc":
-    """The function as the kernel tuner keys its log: named ``main``."""
-    return func.with_attr("global_symbol", "main")
+    """The function as the kernel tuner keys its log: named ``main``, without the blocks'
+    ``layout_free_placeholders`` annotations.
+
+    TE's operators (``batch_matmul``, ``dense``) mark their weight operand so; in a fused
+    function that operand can be an intermediate buffer, and a buffer held in an annotation
+    does not survive a log's JSON round trip structurally equal (MetaSchedule's database then
+    holds the task twice, and a log cannot be merged). Nothing reads the annotation: weight
+    repacking follows the function's ``layout_free_buffers`` attribute (parameters only)."""
+    func = func.with_attr("global_symbol", "main")
+    marked = [b.name_hint for b in tvm_api.sblocks(func) if LAYOUT_FREE_MARK in b.annotations]
+    if not marked:
+        return func
+    sch = tvm_api.Schedule(func)
+    for name in marked:
+        sch.unannotate(sch.get_sblock(name), LAYOUT_FREE_MARK)
+    return tvm_api.main_func(sch.mod)
+
+
+LAYOUT_FREE_MARK = "layout_free_placeholders"
 
 
 def has_relax(mod) -> bool:
