@@ -20,7 +20,9 @@ def write_section(name: str, header: str, table: pd.DataFrame, **markdown) -> No
     text = README.read_text() if README.exists() else "# Benchmarks\n"
     stamp = datetime.date.today().isoformat()
     body = f"<!-- {name} -->\n{header}\n\nMeasured {stamp} on {cpu_name()}.\n\n"
-    body += table.to_markdown(index=False, **({"floatfmt": ".2f"} | markdown)) + f"\n<!-- /{name} -->"
+    body += (
+        table.to_markdown(index=False, **({"floatfmt": ".2f"} | markdown)) + f"\n<!-- /{name} -->"
+    )
     pattern = re.compile(rf"<!-- {name} -->.*?<!-- /{name} -->", re.S)
     text = pattern.sub(body, text) if pattern.search(text) else text.rstrip() + "\n\n" + body + "\n"
     README.write_text(text)

@@ -357,7 +357,7 @@ def main() -> None:
             + (f" ({data['priced']} with `--rebound`)" if data.get("priced") else "")
             + '. measured/bound < 1 is a violation; "cut at best" is the share of candidates '
             "whose bound is at least the workload's best measured time; failed: a build, run or "
-            "parity failure, or a candidate stopped after minutes of one run. \"stage 2\" "
+            'parity failure, or a candidate stopped after minutes of one run. "stage 2" '
             "columns (with `--stage2`): the bound after the build, read off the machine code "
             "(the widest floating-point instruction), which the cut applies before the run.",
             table,

@@ -65,7 +65,7 @@ def run_arm(arm: str, index: int, trials: int, batch: int, seed: int, model: str
     machine = host_machine(target)
     work_dir = tempfile.mkdtemp(prefix="bench-warm-")
     if arm.startswith("stock"):
-        from tvm_ext.search.adapters import WarmStartModel, pretrained_xgb_model
+        from tvm_ext.search.cost_models import WarmStartModel, pretrained_xgb_model
 
         if arm == "stock":
             cost_model, trials = None, max(trials, STOCK_TRIALS)  # cold: MetaSchedule's own

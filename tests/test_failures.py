@@ -147,7 +147,7 @@ class ScriptedSearch:
 def test_partial_failure_is_counted_and_a_bad_batch_warns(host, machine, caplog):
     from tvm_ext.cost import RooflinePolicy
 
-    from tvm_ext.search.adapters import PruneStats, PruningSearch
+    from tvm_ext.search.pruning import PruneStats, PruningSearch
 
     w = K.matmul(32, 32, 32)
     args = ms.arg_info.ArgInfo.from_prim_func(w.func)
@@ -171,8 +171,8 @@ def test_partial_failure_is_counted_and_a_bad_batch_warns(host, machine, caplog)
 
 
 def test_progress_bar_shows_failed(host):
-    from tvm_ext.search.adapters import PruneStats
     from tvm_ext.search.progress import ProgressCallback
+    from tvm_ext.search.pruning import PruneStats
 
     bar = ProgressCallback(8, 1000, PruneStats(), time.perf_counter(), enabled=True)
     results = [ms.runner.RunnerResult(None, "boom"), ms.runner.RunnerResult([1e-6], None)] * 2

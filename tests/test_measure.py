@@ -93,7 +93,6 @@ def test_a_models_task_is_timed_without_its_weight_repack(host, monkeypatch):
     included; the time on the function without its repacking block, its weight a parameter in
     the packed layout, as the compiled model runs it once the repack is folded."""
     from tvm import topi
-
     from tvm_ext.schedules.apply import schedule_func
 
     X = te.placeholder((8, 64), name="X")

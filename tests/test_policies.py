@@ -327,7 +327,7 @@ def test_tune_ranks_with_a_learned_policy(subset, tmp_path):
 def test_warm_start_models(subset):
     from tvm_ext.base.tvm_api import meta_schedule
     from tvm_ext.facts.machine import host_machine
-    from tvm_ext.search.adapters import WarmStartModel, pretrained_xgb_model
+    from tvm_ext.search.cost_models import WarmStartModel, pretrained_xgb_model
 
     ms = meta_schedule()
     policy = XGBoostPolicy.train(subset, seed=0, rounds=20)

@@ -15,9 +15,9 @@ from tvm_ext.facts.isa import fp32_peak_ceiling
 from tvm_ext.facts.machine_code import read_assembly
 from tvm_ext.facts.target import lanes_for
 from tvm_ext.records.logs import read_manifest
-from tvm_ext.search.adapters import POST_BUILD_PRUNED, PruneStats, PruningSearch
 from tvm_ext.search.builder import PersistentBuilder
 from tvm_ext.search.progress import ProgressCallback
+from tvm_ext.search.pruning import POST_BUILD_PRUNED, PruneStats, PruningSearch
 
 ms = tvm_api.ms
 W = K.matmul(64, 64, 64)

@@ -8,7 +8,8 @@ from tvm_ext.cost import RooflinePolicy, evaluate
 from tvm_ext import kernels as K
 from tvm_ext import schedules as S
 from tvm_ext.base import tvm_api
-from tvm_ext.search.adapters import PolicyCostModel, PruneStats, PruningSearch
+from tvm_ext.search.cost_models import PolicyCostModel
+from tvm_ext.search.pruning import PruneStats, PruningSearch
 
 ms = tvm_api.ms
 

@@ -6,7 +6,7 @@ functions in yet another pool when it is made. This builder starts ``workers`` p
 once and builds every batch in them; a worker whose build hangs is killed and replaced.
 
 With a stage-2 cut attached (:meth:`PersistentBuilder.attach`, a
-:class:`~tvm_ext.search.adapters.PostBuildCut`) each worker also reads the machine code of
+:class:`~tvm_ext.search.pruning.PostBuildCut`) each worker also reads the machine code of
 the module it built (:func:`~tvm_ext.facts.machine_code.read_assembly`, from LLVM's
 assembly of the same module, before the artifact is exported); the cut then decides which
 candidates are worth running, and a withheld one is returned as a build without an artifact.

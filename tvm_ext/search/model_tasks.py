@@ -37,7 +37,7 @@ from tvm_ext.records.logs import (
 from tvm_ext.schedules import Applied, Scheduled
 from tvm_ext.schedules.apply import call_counts, schedule_func
 from tvm_ext.search import stages
-from tvm_ext.search.adapters import PruneStats
+from tvm_ext.search.pruning import PruneStats
 from tvm_ext.search.replayer import apply_logged_trace, logged_trace
 
 log = logging.getLogger("tvm_ext.tune")

@@ -223,7 +223,7 @@ def replay(
     sch = _apply(func, trace_json, folder)
     verdict = _check_target(manifest, sch, target, folder, allow_other_target)
     m = measure(sch, workload, target, reference=None if workload else func, repeat=repeat,
-                weights_repacked_once=bool(manifest.get("weights_repacked_once")))  # as logged
+                weights_repacked_once=bool(manifest.get("weights_repacked_once")))  # fmt: skip
     if not verdict.same_machine:
         _warn_other_cpu(folder, manifest, m, target)
     keys = ("best_seconds", "best_gflops", "parity", "date", "cpu_model", "threads", "trials",

@@ -313,8 +313,9 @@ def search(task: Task, session: Session, seeded: Seed, stats, *, policy, bound_p
     """Evolutionary search ranked by ``policy``, with every candidate whose proven bound
     (``bound_policy``'s) is at least the best time so far dropped before it is built.
     A policy's failure is re-raised as the :class:`PolicyError` it was."""
-    from tvm_ext.search.adapters import PolicyCostModel, PruningSearch
+    from tvm_ext.search.cost_models import PolicyCostModel
     from tvm_ext.search.progress import ProgressCallback
+    from tvm_ext.search.pruning import PruningSearch
 
     stats.initial_cut_s = stats.incumbent_s = seeded.initial_cut_s
     inner = tvm_api.ms.search_strategy.EvolutionarySearch(

@@ -15,7 +15,7 @@ from tvm_ext.facts.machine import MachineModel
 from tvm_ext.facts.measure import Measurement
 from tvm_ext.records.logs import log_folder
 from tvm_ext.search import stages
-from tvm_ext.search.adapters import PruneStats
+from tvm_ext.search.pruning import PruneStats
 from tvm_ext.search.remote import unknown_runner_warning
 
 
