@@ -66,15 +66,17 @@ def run_stock(model, target, trials: int, batch: int, seed: int) -> dict:
 
 
 def run_torch(model, cores: int) -> dict:
-    from _common import time_callable
-    from models import torch_contenders  # bench/models.py: the zoo in torch, parity-checked
     from threadpoolctl import threadpool_limits
 
-    found, skipped = torch_contenders(model, cores, use_compile=False)
-    if "torch eager" not in found:
-        return {"latency_s": None, "skipped": skipped.get("torch eager")}
+    from tvm_ext.facts.measure import time_callable
+    from tvm_ext.facts.models_torch import torch_eager  # the zoo in torch, parity-checked
+
+    try:
+        run = torch_eager(model, cores)
+    except ImportError as err:
+        return {"latency_s": None, "skipped": f"torch not installed ({err.name})"}
     with threadpool_limits(cores):
-        return {"latency_s": time_callable(found["torch eager"], 0.1, 7)}
+        return {"latency_s": time_callable(run, 0.1, 7)}
 
 
 def child(args) -> None:
