@@ -213,16 +213,31 @@ def _tile_size(extent: int, limit: int, step: int = 1) -> int:
 
 
 def tile_sizes(block, axes: Axes, target) -> tuple[int, int]:
-    """(mr, nr): ``nr`` lanes of one or two vectors, as many rows as keep the accumulators,
-    the vector operands and a broadcast in the registers and the tile on the stack."""
+    """(mr, nr): ``nr`` lanes of one to three vectors, as many rows as keep the
+    accumulators, the vector operands and a broadcast in the registers and the tile on the
+    stack; of those, the tile with the most accumulators (independent FMA chains: a core
+    needs its FMA latency x pipes of them in flight, 8 on Zen 4/5 and Golden Cove).
+
+    Three vectors only when they divide the axis, and with 32 vector registers (on AVX2's
+    16 a 4 x 24 tile would use all of them): BERT's M = 128 rows leave a two-vector tile 4
+    rows (the seven that fit do not divide 128), 8 accumulators; 4 x 48 has 12."""
     lanes = lanes_for(target, 32)
     dom = [int(d) for d in block.dom()]
     n = dom[axes.vector]
     nr = _tile_size(n, 2 * lanes, lanes) if n >= lanes else n
-    vectors = max(nr // lanes, 1)
+    mr = _rows(dom, axes, nr, max(nr // lanes, 1), target)
+    if n % (3 * lanes) == 0 and vector_registers(target) >= 32:
+        mr3 = _rows(dom, axes, 3 * lanes, 3, target)
+        if 3 * mr3 > mr * max(nr // lanes, 1):
+            return mr3, 3 * lanes
+    return mr, nr
+
+
+def _rows(dom, axes: Axes, nr: int, vectors: int, target) -> int:
+    """The row tile for an ``nr``-lane panel of ``vectors`` vectors (see tile_sizes)."""
     fit = min((vector_registers(target) - vectors - 1) // vectors, 8)
     fit = min(fit, (STACK_TILE_BYTES - 1) // (4 * nr))
-    return (_tile_size(dom[axes.row], fit) if axes.row is not None else 1), nr
+    return _tile_size(dom[axes.row], fit) if axes.row is not None else 1
 
 
 def tile(sch, block, axes: Axes, target, epilogue, sizes: tuple[int, int]) -> None:

@@ -71,6 +71,26 @@ def test_transposed_b_batched_matmul_packs_b(host):
     assert "B_global" in _script(sch)  # copied once into a layout with j last
 
 
+@pytest.mark.parametrize("mcpu, tile", [("znver5", (4, 48)), ("haswell", (4, 16))])
+def test_a_three_vector_panel_where_two_leave_few_accumulators(mcpu, tile):
+    """BERT's matmuls have M = 128 rows: a two-vector panel gets 4 rows (the 7 that fit the
+    stack tile do not divide 128), 8 accumulators; with 32 vector registers three vectors
+    (48 lanes, dividing N = 768) give 4 x 48, 12 accumulators. AVX2's 16 registers keep two."""
+    from tvm_ext.schedules.rule_contraction import find_axes, tile_sizes
+
+    from tvm_ext.facts.target import lanes_for
+
+    X = te.placeholder((128, 64), name="X")
+    W = te.placeholder((768, 64), name="W")
+    func = te.create_prim_func([X, W, topi.nn.dense(X, W)]).with_attr("layout_free_buffers", [1])
+    target = tvm_api.Target({"kind": "llvm", "mcpu": mcpu, "num-cores": 2})
+    sch = tvm_api.Schedule(func)
+    block = tvm_api.dlight.analysis.normalize_prim_func(sch)
+    (reduction,) = [b for b in block if b.is_reduction()]
+    axes = find_axes(sch, reduction, weights={"W"}, lanes=lanes_for(target, 32))
+    assert tile_sizes(reduction, axes, target) == tile
+
+
 def test_nhwc_conv_with_padding_keeps_the_pad_a_stage(host):
     X = te.placeholder((1, 9, 9, 8), name="X")
     W = te.placeholder((3, 3, 8, 16), name="W")
