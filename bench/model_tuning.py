@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pathlib
 import shlex
 import subprocess
 import sys
@@ -184,6 +185,18 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
+RESULTS = pathlib.Path(__file__).with_name("model_tuning.json")
+
+
+def merged_results(models: dict, cpu: str) -> dict:
+    """This run's models over the results kept in ``RESULTS`` (per model: its rows, note,
+    command, load), so models benchmarked in separate runs share one README table; results of
+    another CPU are dropped (every table names one CPU)."""
+    kept = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    kept = {k: v for k, v in kept.items() if v.get("cpu") == cpu and k not in models}
+    return kept | models
+
+
 def main() -> None:
     args = parse_args()
     if args.child:
@@ -201,21 +214,32 @@ def main() -> None:
         print(*a, flush=True)
 
     log(f"CPU {cpu_name()}, {cores} threads, load {os.getloadavg()[0]:.2f}")
-    started, rows, notes = time.perf_counter(), [], []
+    flags = shlex.join(a for a in sys.argv[1:] if a not in ("--note", args.note))
+    started, ran = time.perf_counter(), {}
     for name in args.models.split(","):
-        r, note = bench_model(name, args, env, log)
-        rows += r
-        notes.append(note)
-    table = pd.DataFrame(rows)
-    print(table.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+        load = os.getloadavg()[0]
+        rows, note = bench_model(name, args, env, log)
+        ran[f"{name} ({args.size})"] = {
+            "rows": rows, "note": note, "cpu": cpu_name(), "threads": cores,
+            "command": f".venv/bin/python bench/model_tuning.py {flags}",
+            "remark": args.note, "load": [load, os.getloadavg()[0]],
+            "date": time.strftime("%Y-%m-%d"), "seed": args.seed, "batch": args.batch,
+        }  # fmt: skip
+    this_run = pd.DataFrame([row for r in ran.values() for row in r["rows"]])
+    print(this_run.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     log(f"bench wall time {time.perf_counter() - started:.0f} s; load {os.getloadavg()[0]:.2f}")
     if not args.no_readme:
-        flags = shlex.join(a for a in sys.argv[1:] if a not in ("--note", args.note))
+        results = merged_results(ran, cpu_name())
+        RESULTS.write_text(json.dumps(results, indent=1, default=float) + "\n")
+        table = pd.DataFrame([row for r in results.values() for row in r["rows"]])
         header = (
             f"### Tuning a whole model: ours vs stock `tune_relax` ({cores} threads, same "
-            f"trials, seed {args.seed}, batch {args.batch}; each arm a fresh process)\n\n"
-            + "\n".join(f"- {n}" for n in notes)
-            + f"\n\n{args.note}\n\n`.venv/bin/python bench/model_tuning.py {flags}`"
+            "trials, seed and batch per model; each arm a fresh process)\n\n"
+            + "\n".join(
+                f"- {r['note']} ({r['date']}, seed {r['seed']}, batch {r['batch']}, load "
+                f"{r['load'][0]:.1f} -> {r['load'][1]:.1f}; `{r['command']}`) {r['remark']}"
+                for r in results.values()
+            )
         )
         write_section("model-tuning", header, table)
     log(f"CPU {cpu_name()}")

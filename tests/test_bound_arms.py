@@ -182,6 +182,28 @@ def test_chain_arm_binds_on_a_long_dot_product(target, model):
     assert measure(w.func, w, target, repeat=3).min_seconds >= cost.lower_bound_s
 
 
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_chain_arm_prices_a_max_or_min_reduction_at_its_latency(target, model, op):
+    """Binds: four rows of 65536 dependent maxes (or mins), a softmax's row max unsplit: each
+    step waits for the one before (TVM emits a compare and a select, which LLVM does not
+    reassociate without no-NaN flags: a scalar ``vmaxss`` chain), at least the max step's
+    latency. A run is no faster (Zen 5, under load: 155 us against an 11.3 us bound)."""
+    m, k = 4, 1 << 16
+    a = te.placeholder((m, k), "float32", name="A")
+    r = te.reduce_axis((0, k), name="r")
+    reduce = te.max if op == "max" else te.min
+    func = _func([a, te.compute((m,), lambda i: reduce(a[i, r], axis=r), name="M")])
+    (block,) = [b for b in features(func, target).blocks if b.name == "M"]
+    assert block.chain_op == "max" and block.segment_length == k
+    cost = _bound(func, target, model)
+    step = validated_coefficients(RooflinePolicy(), model)["max_step"]
+    assert cost.arms["dependency"] >= k * step * (1 - 1e-12)
+    # Binds: here a max step's floor (1 cycle, Zen 2/3) equals a scalar max's issue slot, so
+    # the compute arm ties it; nothing else is higher.
+    assert cost.lower_bound_s == pytest.approx(cost.arms["dependency"])
+    assert measure(func, None, target, reference=func, repeat=3).min_seconds >= cost.lower_bound_s
+
+
 def _split_reduction(w):
     """The Zen 5 violation of issue 16: 16 parallel row blocks, loops k_0 (8), i_2 (16),
     j (256), k_1 (32): each output's 256 steps run as 8 segments of 32."""
