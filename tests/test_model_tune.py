@@ -22,7 +22,7 @@ from tvm_ext.base.errors import NoLogFound, TargetMismatch, WorkloadMismatch
 from tvm_ext.faces.cli import main
 from tvm_ext.records.logs import read_records, target_key
 from tvm_ext.search import model_tasks, stages
-from tvm_ext.search.model_tuner import ModelTuneResult
+from tvm_ext.search.model_tuner import ModelTuneResult, describe
 
 RULES = {rule.NAME for rule in CPU_RULES}
 
@@ -264,3 +264,22 @@ def test_a_task_with_an_annotated_intermediate_weight_keeps_one_workload(host, t
     assert not any("layout_free_placeholders" in b.annotations for b in tvm_api.sblocks(task))
     (tmp_path / "task").mkdir()
     assert _workloads_after_reopen(task, tmp_path / "task") == 1
+
+
+def test_a_search_winner_slower_end_to_end_is_not_returned(mlp, host, monkeypatch):
+    """Each task's winner is timed alone; the model is checked side by side with the rules'
+    own schedules and the faster returned. Here every batch "wins" with the naive function
+    (reported 10x faster than the rule): end to end it is far slower, so the rules are kept."""
+
+    def naive_win(mt, trials, log_root, **_):
+        mt.trials += trials
+        mt.take(tvm_api.IRModule({"main": mt.task.func}), mt.best_s / 10, "search", "compute")
+        return mt.best_s
+
+    monkeypatch.setattr(model_tasks, "search_batch", naive_win)
+    r = tvm_ext.tune(mlp, host, trials=16, batch=8, seed=0, progress=False, repeat=3)
+    versus = r.versus_rules
+    assert versus["kept"] == "rules" and versus["rules_s"] < versus["search_s"]
+    assert set(r.tasks["source"]) == {"rule"} and r.latency.seconds < versus["search_s"]
+    assert "kept the rules" in describe(r)
+    assert r.compiled.check()[1] <= 1e-4

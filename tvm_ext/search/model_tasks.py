@@ -131,6 +131,17 @@ class ModelTask:
     trials: int = 0
     measured: int = 0
     dropped: int = 0
+    rule_mod: "tvm_api.IRModule | None" = None  # the rule's schedule (the seed)
+    rule_binding: str = ""
+
+    def __post_init__(self) -> None:
+        if self.rule_mod is None:
+            self.rule_mod, self.rule_binding = self.best_mod, self.binding
+
+    def back_to_rule(self) -> None:
+        """Make the rule's schedule the incumbent again (the model ran faster with it)."""
+        self.best_mod, self.best_s = self.rule_mod, self.rule_s
+        self.source, self.binding = "rule", self.rule_binding
 
     @property
     def name(self) -> str:
