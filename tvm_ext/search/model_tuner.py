@@ -137,11 +137,12 @@ def tune_model(model, target=None, *, trials: int = 64, log_dir=None, seed: int 
         history = _search(tasks, states, trials, batch, logs, seed, policy, progress,
                           retire_factor, prepared.key, started)  # fmt: skip
         applied = model_tasks.apply_best(prepared.lowered, tasks)
-        compiled, latency = build_model(prepared, applied, target, repeat)
+        untuned = untuned_outputs(prepared, target) if prepared.source is not None else None
+        compiled, latency = build_model(prepared, applied, target, repeat, untuned)
         versus = None
         if compiled is not None and any(t.source != "rule" for t in tasks):
             applied, compiled, latency, versus = _no_slower_than_rules(
-                prepared, tasks, applied, compiled, target, repeat
+                prepared, tasks, applied, compiled, target, repeat, untuned
             )
         table = model_tasks.table(tasks, [s.retired(retire_factor) for s in states])
         floor = _floor(tasks)
@@ -161,7 +162,7 @@ def tune_model(model, target=None, *, trials: int = 64, log_dir=None, seed: int 
                            versus)  # fmt: skip
 
 
-def _no_slower_than_rules(prepared, tasks, applied, compiled, target, repeat: int):
+def _no_slower_than_rules(prepared, tasks, applied, compiled, target, repeat: int, untuned):
     """The tuned model, or the rules' own when that runs faster end to end.
 
     Each task's winner was timed alone; inside the model, with other kernels' data in the
@@ -175,7 +176,7 @@ def _no_slower_than_rules(prepared, tasks, applied, compiled, target, repeat: in
     for t in searched:
         t.back_to_rule()
     rules_applied = model_tasks.apply_best(prepared.lowered, tasks)
-    rules, _ = build_model(prepared, rules_applied, target, 1)
+    rules, _ = build_model(prepared, rules_applied, target, 0, untuned)  # timed below
     rounds = {"search": [], "rules": []}
     for _ in range(3):
         for arm, c in (("search", compiled), ("rules", rules)):
@@ -287,13 +288,26 @@ def _floor(tasks) -> float | None:
     return sum(t.found.weight * (t.bound_s or 0.0) for t in tasks)
 
 
-def build_model(prepared: PreparedModel, applied, target, repeat: int):
+def build_model(prepared: PreparedModel, applied, target, repeat: int, untuned=None):
     """Build the model with the chosen schedules, check parity against its reference (a zoo
-    model's numpy) and against TVM's untuned build of the same model, and time it."""
-    source = prepared.source
-    if source is None:
+    model's numpy) and against TVM's untuned build of the same model, and time it (``repeat``
+    0: not timed). ``untuned``: :func:`untuned_outputs` already computed for this model (its
+    build and run are the costly part). Returns (compiled, timing)."""
+    if prepared.source is None:
         return None, None
     start = time.perf_counter()
+    source, inputs, expected = untuned if untuned is not None else untuned_outputs(prepared, target)
+    mod = fold_prepacks(applied.mod, source.entry)
+    compiled = build_compiled(source, "tuned", target, mod, (), applied, start)
+    check_parity(_as_list(compiled.run(*inputs)), _as_list(expected),
+                 f"{source.name} (tuned) vs the untuned build")  # fmt: skip
+    return compiled, compiled.time(repeat=repeat) if repeat else None
+
+
+def untuned_outputs(prepared: PreparedModel, target):
+    """(source, inputs, outputs) of TVM's untuned build of the model: the second reference of
+    every build (and the reference itself when the model brings none)."""
+    source = prepared.source
     untuned = compile_untuned(source.mod, target, _weights_by_name(source))
     inputs = source.inputs if source.inputs is not None else _random_inputs(source)
     expected = untuned.run(*inputs)
@@ -303,11 +317,7 @@ def build_model(prepared: PreparedModel, applied, target, repeat: int):
             return untuned.run(*xs)
 
         source = dataclasses.replace(source, reference=reference, inputs=tuple(inputs))
-    mod = fold_prepacks(applied.mod, source.entry)
-    compiled = build_compiled(source, "tuned", target, mod, (), applied, start)
-    check_parity(_as_list(compiled.run(*inputs)), _as_list(expected),
-                 f"{source.name} (tuned) vs the untuned build")  # fmt: skip
-    return compiled, compiled.time(repeat=repeat)
+    return source, inputs, expected
 
 
 def _weights_by_name(source: ModelSource) -> dict | None:
