@@ -242,12 +242,14 @@ def summarize(rows: list[dict]):
 
 
 def freeze_corpus(data: dict, count: int) -> None:
-    """The ``count`` rows closest to their bound plus a spread of the rest, with everything a
-    test needs to recompute each bound without probing (see tests/test_bound_arms.py)."""
+    """Each workload's row closest to its bound (the larger of both stages'), the next closest
+    up to half of ``count``, and a spread of the rest, with everything a test needs to
+    recompute each bound without probing (see tests/test_bound_arms.py)."""
     ok = [r for r in data["rows"] if r.get("status") == "ok" and r.get("bound_s")]
-    ok.sort(key=lambda r: r["measured_s"] / r["bound_s"])
-    closest = ok[: count // 2]
-    rest = ok[count // 2 :]
+    ok.sort(key=lambda r: r["measured_s"] / max(r["bound_s"], r.get("stage2_bound_s") or 0))
+    firsts = list({r["workload"]: r for r in reversed(ok)}.values())  # each workload's closest
+    closest = firsts + [r for r in ok if r not in firsts][: max(count // 2 - len(firsts), 0)]
+    rest = [r for r in ok if r not in closest]
     step = max(len(rest) // max(count - len(closest), 1), 1)
     chosen = closest + rest[::step][: count - len(closest)]
     corpus = {
@@ -272,7 +274,10 @@ def freeze_corpus(data: dict, count: int) -> None:
                     "measured_s",
                     "bound_s",
                     "binding",
+                    "stage2_bound_s",
+                    "stage2_binding",
                 )
+                if k in r
             }  # fmt: skip
             for r in chosen
         ],

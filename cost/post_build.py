@@ -44,6 +44,19 @@ Hence ``sum over blocks of FLOPs_b / (cores_used_b x per-cycle FLOPs x max boost
 more than the time of any run. No figure here is probed: nothing a busy host does can make
 the arm read high.
 
+The dependency arm at the code's chain width
+-------------------------------------------
+The policy's dependency arm lets one step of a reduction chain carry up to ``max_lanes``
+outputs, as many as LLVM could vectorize. The module's optimized LLVM IR shows the widest
+operation that can be a step of a sum/multiply-add chain and of a max/min chain
+(:func:`tvm_ext.facts.llvm_ir.chain_facts`, whose docstring argues why no machine step of
+the chain is wider); the arms recomputed with those widths (``chain_lanes_add``,
+``chain_lanes_max``) are kept as ``<arm>@chain`` where they rose. This needs none of 1.'s
+premises about calls or dtypes: it counts the chain's own steps, which are the module's own
+operations. When a multiply-add chain may step on a plain ``fadd`` (the backend might not fuse
+it) the step is priced at an add's latency. A chain step that allows reassociation
+(fast-math flags) voids it.
+
 The policy's arms at the code's width
 -------------------------------------
 Under the same premises no instruction of the candidate does arithmetic on more than ``W``
@@ -60,6 +73,7 @@ not obey.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Mapping
 
@@ -133,6 +147,60 @@ def capped_arms(policy, c: CandidateFeatures, code: CodeFacts,
     return {f"{name}@{code.fp_lanes}lanes": value for name, value in capped.items()}
 
 
+def chain_widths(c: CandidateFeatures, code: CodeFacts) -> list[tuple[int, bool]]:
+    """Per block of ``c``: the most outputs one step of its reduction chain carries in the
+    built code (0: not known), and whether its function's chains of that class run one
+    accumulator at a time (:class:`~tvm_ext.facts.llvm_ir.ChainFacts`). A block reads its own
+    parallel body function when the module has exactly one per parallel region of the TIR
+    (``BlockFacts.region``, in launch order), else the module's widest step of its class (and
+    nothing about interleaving)."""
+    if code.chain_add_lanes < 0 or code.chain_reassociates:
+        return [(0, False)] * len(c.blocks)
+    regions = {b.region for b in c.blocks if b.region >= 0}
+    per_region = regions == set(range(len(code.chain_regions)))
+    single_known = per_region and len(code.chain_single) == len(code.chain_regions)
+    out = []
+    for b in c.blocks:
+        cls = 1 if b.chain_op == "max" else 0
+        widest, single = (code.chain_add_lanes, code.chain_max_lanes)[cls], False
+        if per_region:
+            own = (code.chain_regions[b.region] if b.region >= 0 else code.chain_serial)[cls]
+            widest = own if own >= 1 else widest  # none found there: the module's widest
+            if single_known and own >= 1:
+                where = code.chain_single[b.region] if b.region >= 0 else code.chain_serial_single
+                single = bool(where[cls])
+        out.append((max(widest, 0), single))
+    return out
+
+
+def _as_built(b, width: int, single: bool):
+    """Block ``b``'s facts as the built code runs its chain: at most ``width`` lanes a step;
+    with ``single``, one output vector at a time and no copies of its loop side by side."""
+    if width < 1 or not b.chain_op:
+        return b
+    b = replace(b, lanes_bound=min(b.lanes_bound or b.possible_lanes, width))
+    return replace(b, independent_outputs=1, body_instances=0) if single else b
+
+
+def chain_arms(policy, c: CandidateFeatures, code: CodeFacts,
+               coefficients: Mapping[str, float]) -> dict[str, float]:  # fmt: skip
+    """The policy's ``dependency`` arm recomputed with each block's chain as the built code
+    runs it (:func:`chain_widths`), named ``dependency@chain``, when it rose; empty when the
+    IR was not read, a chain step may be reassociated, or the code narrows nothing."""
+    arms = getattr(policy, "arms", None)
+    widths = chain_widths(c, code)
+    if arms is None or not any(w for w, _ in widths):
+        return {}
+    blocks = tuple(_as_built(b, w, single) for b, (w, single) in zip(c.blocks, widths))
+    k = dict(coefficients)
+    if code.chain_unfused and k.get("add_step"):
+        # a multiply-add chain may step on a plain add: price its step as an add's
+        k["chain_step"] = min(k.get("chain_step") or math.inf, k["add_step"])
+    before = arms(c, coefficients).get("dependency", 0.0)
+    after = arms(replace(c, blocks=blocks), k).get("dependency", 0.0)
+    return {"dependency@chain": after} if after > before else {}
+
+
 def post_build_cost(
     stage1: Cost,
     c: CandidateFeatures,
@@ -151,7 +219,9 @@ def post_build_cost(
     if arm is not None:
         new[ARM] = arm
     if policy is not None and coefficients is not None:
-        for name, value in capped_arms(policy, c, code, coefficients).items():
+        narrowed = capped_arms(policy, c, code, coefficients)
+        narrowed |= chain_arms(policy, c, code, coefficients)
+        for name, value in narrowed.items():
             if value > stage1.arms.get(name.split("@")[0], 0.0):
                 new[name] = value
     for name, value in new.items():  # a policy's number is checked, never clamped
@@ -175,7 +245,7 @@ def evaluate_built(policy, sch, target=None, *, machine=None, workload=None):
     read its machine code; returns (stage-1 cost, stage-2 cost, :class:`CodeFacts`)."""
     from tvm_ext.base import tvm_api
     from tvm_ext.facts.machine import host_machine
-    from tvm_ext.facts.machine_code import read_assembly
+    from tvm_ext.facts.machine_code import read_module
     from tvm_ext.facts.target import as_target, host_target
 
     from .features import features
@@ -186,7 +256,7 @@ def evaluate_built(policy, sch, target=None, *, machine=None, workload=None):
         machine = host_machine(host_target(num_cores=int(target.attrs["num-cores"])))
     stage1 = evaluate(policy, sch, target, machine=machine, workload=workload)
     lib = tvm_api.build_for_tuning(tvm_api.as_module(sch), target)
-    code = read_assembly(tvm_api.assembly(lib))
+    code = read_module(tvm_api.assembly(lib), tvm_api.llvm_ir(lib))
     if machine is None:
         return stage1, stage1, code
     feats = features(sch, target, workload)

@@ -75,6 +75,10 @@ class BlockFacts:
     load_bytes: float = 0.0
     store_slots: float = 0.0
     store_bytes: float = 0.0
+    # The outermost parallel loop (extent > 1) around the block, numbered in program order
+    # (-1: none). TVM's CPU codegen makes each such loop a parallel body function of its own,
+    # launched in this order: stage 2 reads facts per function (cost/post_build.py).
+    region: int = -1
 
     @property
     def flops(self) -> int | None:
@@ -123,6 +127,7 @@ class _Loop:
     extent: int
     kind: "tirx.ForKind"
     thread: str | None
+    region: int = -1  # set on an outermost parallel loop: its number in program order
 
 
 def _int(expr) -> int | None:
@@ -148,6 +153,7 @@ class Walker:
         self.allocated: set[str] = set()  # buffers of the function's own (not parameters)
         self.stored: set[str] = set()  # buffers some block writes
         self._pending: list[tuple[int, list, object]] = []  # (block index, loops, body)
+        self.regions = 0  # outermost parallel loops (extent > 1) met so far
 
     def stmt(self, node, loops: list[_Loop]) -> None:
         if isinstance(node, tirx.For):
@@ -157,7 +163,12 @@ class Walker:
             tag = str(node.thread_binding.thread_tag) if node.thread_binding is not None else None
             if tag:
                 self.threads[tag] = max(self.threads.get(tag, 1), extent)
-            self.stmt(node.body, loops + [_Loop(node.loop_var, extent, node.kind, tag)])
+            region = -1
+            outermost = not any(lp.region >= 0 for lp in loops)
+            if node.kind == tirx.ForKind.PARALLEL and extent > 1 and outermost:
+                region, self.regions = self.regions, self.regions + 1
+            loop = _Loop(node.loop_var, extent, node.kind, tag, region)
+            self.stmt(node.body, loops + [loop])
         elif isinstance(node, tirx.SeqStmt):
             for s in node.seq:
                 self.stmt(s, loops)
@@ -206,10 +217,15 @@ class Walker:
                 band = d
         # Loops that touch none of the block's variables repeat its instances (recomputation
         # asked for by compute-at). Around a whole segment, each repeat runs its chain again:
-        # LLVM moves instructions out of loops (LICM), never a loop out of a loop.
+        # LLVM moves instructions out of loops (LICM), never a loop out of a loop. But a
+        # segment inside the unroll reach may become straight-line code (TVM's own unroll
+        # pragma, LLVM's full unroll), which LICM can hoist whole: then it may run once.
         repeat = [d for d, lp in enumerate(loops)
                   if lp.extent > 1 and not is_red[d] and not is_spatial[d]]  # fmt: skip
-        chained = math.prod(loops[d].extent for d in repeat) if all(d < band for d in repeat) else 1
+        body_start = _body_start(loops)
+        stays_loop = band < body_start
+        chained = (math.prod(loops[d].extent for d in repeat)
+                   if stays_loop and all(d < band for d in repeat) else 1)  # fmt: skip
         tensorized = not all(isinstance(s, tirx.BufferStore) for s in _children(block.body))
         muls = ops = None
         try:
@@ -248,6 +264,7 @@ class Walker:
                 body_instances=math.prod(lp.extent for lp in loops[body_start:]),
                 chain_repeats=chained if red_depths else 1,
                 lanes_bound=lanes,
+                region=next((lp.region for lp in loops if lp.region >= 0), -1),
             )
         )
 

@@ -231,18 +231,28 @@ def build_for_tuning(mod, target, _params=None):
     return tvm.tirx.build(without_weight_repack(mod), target=target)
 
 
-def assembly(lib) -> str:
-    """The x86 assembly LLVM prints for a built CPU module (``inspect_source("asm")`` of the
-    module or, for a wrapper, of the first imported module that has it)."""
+def _llvm_source(lib, fmt: str) -> str:
     for module in (lib, *getattr(lib, "imports", ())):
         if getattr(module, "kind", None) == "llvm" or module is lib:
             try:
-                text = module.inspect_source("asm")
+                text = module.inspect_source(fmt)
             except (RuntimeError, AttributeError, TypeError):  # not an LLVM module: try the next
                 continue
             if text:
                 return text
-    raise ValueError(f"no LLVM assembly in the built module (kind {getattr(lib, 'kind', '?')})")
+    raise ValueError(f"no LLVM {fmt} in the built module (kind {getattr(lib, 'kind', '?')})")
+
+
+def assembly(lib) -> str:
+    """The x86 assembly LLVM prints for a built CPU module (``inspect_source("asm")`` of the
+    module or, for a wrapper, of the first imported module that has it)."""
+    return _llvm_source(lib, "asm")
+
+
+def llvm_ir(lib) -> str:
+    """The optimized LLVM IR of a built CPU module (``inspect_source("ll")``: the module after
+    LLVM's optimization pipeline, the IR instruction selection reads)."""
+    return _llvm_source(lib, "ll")
 
 
 def set_runner_threads(n: int) -> None:

@@ -24,13 +24,19 @@ function of the module:
   it is unknown exactly when the module refers to a global symbol outside that list;
 - counts of FMA instructions, vector loads, stores and stack spills (``(%rsp)`` stores).
 
-This is pure text reading: building and printing the module is ``tvm_api.assembly``.
+and, from the module's optimized LLVM IR (:func:`read_module`), how many elements a step of a
+reduction chain processes (:mod:`tvm_ext.facts.llvm_ir`).
+
+This is pure text reading: building and printing the module is ``tvm_api.assembly`` and
+``tvm_api.llvm_ir``.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from .llvm_ir import chain_facts
 
 # Register width in bits.
 _REG_BITS = {"xmm": 128, "ymm": 256, "zmm": 512}
@@ -80,6 +86,16 @@ class CodeFacts:
     vector_loads: int  # instructions reading memory into a vector register
     vector_stores: int  # instructions writing a vector register to memory
     spills: int  # stores to the stack frame
+    # From the optimized LLVM IR (facts.llvm_ir.chain_facts; -1: the IR was not read): the
+    # most elements a possible reduction chain step of each class processes (0: none found).
+    chain_add_lanes: int = -1
+    chain_max_lanes: int = -1
+    chain_reassociates: bool = False  # a chain step may be reassociated: no chain facts hold
+    chain_unfused: bool = False  # a multiply-add chain may step on a plain add
+    chain_regions: tuple = ()  # (add, max) widths per parallel body, in launch order
+    chain_serial: tuple = (-1, -1)  # (add, max) widths of the serial code
+    chain_single: tuple = ()  # (add, max): chains one accumulator at a time, per body
+    chain_serial_single: tuple = (False, False)  # the same for the serial code
 
     @property
     def widest_register(self) -> str:
@@ -89,11 +105,17 @@ class CodeFacts:
         )
 
     def to_dict(self) -> dict:
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in self.__dict__.items()}
+        def plain(v):
+            return [plain(x) for x in v] if isinstance(v, tuple) else v
+
+        return {k: plain(v) for k, v in self.__dict__.items()}
 
     @classmethod
     def from_dict(cls, data: dict) -> "CodeFacts":
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+        def frozen(v):
+            return tuple(frozen(x) for x in v) if isinstance(v, list) else v
+
+        return cls(**{k: frozen(v) for k, v in data.items()})
 
 
 def _fp_elements(mnemonic: str, operands: str) -> tuple[int, str] | None:
@@ -205,3 +227,16 @@ def read_assembly(text: str) -> CodeFacts:
         vector_stores=stores,
         spills=spills,
     )
+
+
+def read_module(asm: str, ir: str | None = None) -> CodeFacts:
+    """:func:`read_assembly`, plus the reduction chain facts of the module's optimized LLVM
+    IR when given (:func:`tvm_ext.facts.llvm_ir.chain_facts`)."""
+    code = read_assembly(asm)
+    if ir is None:
+        return code
+    chain = chain_facts(ir)
+    return replace(code, chain_add_lanes=chain.add_lanes, chain_max_lanes=chain.max_lanes,
+                   chain_reassociates=chain.reassociates, chain_unfused=chain.unfused,
+                   chain_regions=chain.regions, chain_serial=chain.serial,
+                   chain_single=chain.single, chain_serial_single=chain.serial_single)  # fmt: skip

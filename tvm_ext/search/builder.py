@@ -7,8 +7,8 @@ once and builds every batch in them; a worker whose build hangs is killed and re
 
 With a stage-2 cut attached (:meth:`PersistentBuilder.attach`, a
 :class:`~tvm_ext.search.pruning.PostBuildCut`) each worker also reads the machine code of
-the module it built (:func:`~tvm_ext.facts.machine_code.read_assembly`, from LLVM's
-assembly of the same module, before the artifact is exported); the cut then decides which
+the module it built (:func:`~tvm_ext.facts.machine_code.read_module`, from LLVM's
+assembly and optimized IR of the same module, before the artifact is exported); the cut then decides which
 candidates are worth running, and a withheld one is returned as a build without an artifact.
 """
 
@@ -20,7 +20,7 @@ import shutil
 import tempfile
 
 from tvm_ext.base import tvm_api
-from tvm_ext.facts.machine_code import CodeFacts, read_assembly
+from tvm_ext.facts.machine_code import CodeFacts, read_module
 
 ms = tvm_api.ms
 
@@ -36,7 +36,7 @@ def _build_one(mod_json: str, target_json: str, read_code: bool = False, root: s
     code = None
     if read_code and target.kind.name == "llvm":
         try:
-            code = read_assembly(tvm_api.assembly(lib)).to_dict()
+            code = read_module(tvm_api.assembly(lib), tvm_api.llvm_ir(lib)).to_dict()
         except ValueError:  # no assembly to read: the candidate is run, stage 2 abstains
             code = None
     folder = tempfile.mkdtemp(prefix="tvm-ext-build-", dir=root)

@@ -1,0 +1,255 @@
+"""Stage 2's chain width: how many outputs one step of a reduction chain carries in the built
+code, read off the optimized LLVM IR (tvm_ext.facts.llvm_ir), and the dependency arm it
+narrows (cost/post_build.py: ``dependency@chain``)."""
+
+import numpy as np
+import pytest
+from tvm_ext.cost import RooflinePolicy, features
+from tvm_ext.cost.post_build import chain_widths, evaluate_built
+
+from tvm_ext import kernels as K
+from tvm_ext import measure
+from tvm_ext.base import tvm_api
+from tvm_ext.facts.llvm_ir import chain_facts, functions
+from tvm_ext.facts.machine_code import CodeFacts, read_module
+
+# --- the reader, on IR text ---------------------------------------------------------------
+
+SCALAR_SUM = """\
+define private i32 @__tvm_parallel_lambda(i32 %task_id, ptr readonly captures(none) %0) {
+entry:
+  %X = load ptr, ptr %0, align 8
+  %g = getelementptr inbounds nuw i8, ptr %0, i64 8
+  %Y = load ptr, ptr %g, align 8
+  br label %body
+body:
+  %acc = phi float [ 0.000000e+00, %entry ], [ %next, %body ]
+  %i = phi i64 [ 0, %entry ], [ %i.next, %body ]
+  %p = getelementptr inbounds float, ptr %X, i64 %i
+  %x = load float, ptr %p, align 4, !tbaa !5
+  %next = fadd float %acc, %x, !dbg !7
+  %i.next = add nuw nsw i64 %i, 1
+  %done = icmp eq i64 %i.next, 1024
+  br i1 %done, label %exit, label %body
+exit:
+  store float %next, ptr %Y, align 4
+  ; the normalize step: wide, but it reads inputs only and writes a buffer nothing reads back
+  %v = load <16 x float>, ptr %X, align 64
+  %w = call <16 x float> @llvm.fmuladd.v16f32(<16 x float> %v, <16 x float> %v, <16 x float> %v)
+  %o = getelementptr inbounds nuw i8, ptr %0, i64 16
+  %Z = load ptr, ptr %o, align 8
+  store <16 x float> %w, ptr %Z, align 64
+  ret i32 0
+}
+"""
+
+
+def test_a_register_chain_counts_its_own_width_not_the_widest_operation():
+    facts = chain_facts(SCALAR_SUM)
+    assert facts.add_lanes == 1 and facts.max_lanes == 0
+    assert facts.unfused and not facts.reassociates
+    # The same chain vectorized over 16 outputs: 16 lanes a step.
+    wide = SCALAR_SUM.replace("phi float [ 0.000000e+00,", "phi <16 x float> [ zeroinitializer,")
+    wide = wide.replace("fadd float %acc, %x", "fadd <16 x float> %acc, %x")
+    assert chain_facts(wide).add_lanes == 16
+    # A reassociating step voids the chain facts.
+    assert chain_facts(SCALAR_SUM.replace("fadd float", "fadd reassoc float")).reassociates
+
+
+MEMORY_CHAIN = """\
+define internal fastcc i32 @main_compute_(ptr noalias align 64 %A, ptr noalias align 64 %C) {
+entry:
+  br label %body
+body:
+  %k = phi i64 [ 0, %entry ], [ %k.next, %body ]
+  %c = load <8 x float>, ptr %C, align 32
+  %pa = getelementptr inbounds float, ptr %A, i64 %k
+  %a = load <8 x float>, ptr %pa, align 32
+  %s = fadd <8 x float> %c, %a
+  store <8 x float> %s, ptr %C, align 32
+  %k.next = add nuw nsw i64 %k, 1
+  %done = icmp eq i64 %k.next, 64
+  br i1 %done, label %exit, label %body
+exit:
+  ret i32 0
+}
+"""
+
+
+def test_an_accumulator_kept_in_memory_is_a_chain_and_other_buffers_are_not():
+    # C is loaded, added to and stored back: the step carries 8 outputs.
+    assert chain_facts(MEMORY_CHAIN).add_lanes == 8
+    # The sum stored to a buffer nothing reads: no chain through memory.
+    apart = MEMORY_CHAIN.replace("%c = load <8 x float>, ptr %C", "%c = load <8 x float>, ptr %pa")
+    assert chain_facts(apart).add_lanes == 0
+    # A pointer the reader cannot name may alias the accumulator: counted.
+    unknown = apart.replace("ptr %pa, align 32\n  %s", "ptr %q, align 32\n  %s")
+    unknown = unknown.replace("%a = load", "%q = inttoptr i64 %k to ptr\n  %a = load")
+    assert chain_facts(unknown).add_lanes == 8
+
+
+MAX_AND_LAUNCH = """\
+define internal fastcc i32 @main_compute_(ptr %A) {
+entry:
+  %r1 = call i32 %launch(ptr nonnull @__tvm_parallel_lambda.7, ptr %A, i32 0)
+  %r2 = call i32 %launch(ptr nonnull @__tvm_parallel_lambda, ptr %A, i32 0)
+  ret i32 0
+}
+
+define private i32 @__tvm_parallel_lambda(i32 %task_id, ptr %0) {
+entry:
+  br label %body
+body:
+  %m = phi float [ 0xC7EFFFFFE0000000, %entry ], [ %m.next, %body ]
+  %x = load float, ptr %0, align 4
+  %gt = fcmp ogt float %m, %x
+  %m.next = select i1 %gt, float %m, float %x
+  br i1 %gt, label %exit, label %body
+exit:
+  ret i32 0
+}
+
+define private i32 @__tvm_parallel_lambda.7(i32 %task_id, ptr %0) {
+entry:
+  br label %body
+body:
+  %acc = phi <4 x float> [ zeroinitializer, %entry ], [ %next, %body ]
+  %x = load <4 x float>, ptr %0, align 16
+  %next = call <4 x float> @llvm.fmuladd.v4f32(<4 x float> %x, <4 x float> %x, <4 x float> %acc)
+  %d = extractelement <4 x float> %next, i64 0
+  %z = fcmp oeq float %d, 0.000000e+00
+  br i1 %z, label %exit, label %body
+exit:
+  ret i32 0
+}
+"""
+
+
+def test_max_chains_and_the_launch_order_of_parallel_bodies():
+    facts = chain_facts(MAX_AND_LAUNCH)
+    assert (facts.add_lanes, facts.max_lanes) == (4, 1)
+    assert not facts.unfused  # the only add-class step is a multiply-add
+    # Parallel bodies in the order the serial code launches them (.7 first), then the serial
+    # code's own widths.
+    assert facts.regions == ((4, 0), (0, 1)) and facts.serial == (0, 0)
+
+
+TWO_ACCUMULATORS = """\
+define internal fastcc i32 @main_compute_(ptr noalias %A, ptr noalias %C) {
+entry:
+  br label %body
+body:
+  %a0 = phi float [ 0.000000e+00, %entry ], [ %n0, %body ]
+  %a1 = phi float [ 0.000000e+00, %entry ], [ %n1, %body ]
+  %k = phi i64 [ 0, %entry ], [ %k.next, %body ]
+  %p = getelementptr inbounds float, ptr %A, i64 %k
+  %x = load float, ptr %p, align 4
+  %n0 = fadd float %a0, %x
+  %n1 = fadd float %a1, %x
+  %k.next = add nuw nsw i64 %k, 1
+  %done = icmp eq i64 %k.next, 64
+  br i1 %done, label %exit, label %body
+exit:
+  store float %n0, ptr %C, align 4
+  ret i32 0
+}
+"""
+
+STRAIGHT_THROUGH_MEMORY = """\
+define internal fastcc i32 @main_compute_(ptr noalias %A, ptr noalias %C) {
+entry:
+  %c = load float, ptr %C, align 4
+  %x = load float, ptr %A, align 4
+  %s1 = fadd float %c, %x
+  %s2 = fadd float %s1, %x
+  %s3 = fadd float %s2, %x
+  store float %s3, ptr %C, align 4
+  ret i32 0
+}
+"""
+
+
+def test_one_accumulator_at_a_time():
+    # One scalar accumulator around its loop; one straight chain through memory.
+    assert functions(SCALAR_SUM)["__tvm_parallel_lambda"].one_at_a_time("add")
+    assert chain_facts(SCALAR_SUM).single == ()  # no serial code launches it: order unknown
+    assert chain_facts(STRAIGHT_THROUGH_MEMORY).serial_single == (True, False)
+    # Two accumulators in one loop: their chains run side by side.
+    assert chain_facts(TWO_ACCUMULATORS).serial_single == (False, False)
+    # Two chains interleaved in one straight-line block.
+    both = STRAIGHT_THROUGH_MEMORY.replace("%s2 = fadd float %s1, %x", "%s2 = fadd float %c, %x")
+    assert chain_facts(both).serial_single == (False, False)
+
+
+# --- per block, on built modules ----------------------------------------------------------
+
+
+ROWS, COLS = 128, 1024
+
+
+def _softmax(rows_vectorized: bool):
+    """Softmax ROWS x COLS, each block in a parallel loop over rows of its own (a parallel body
+    function each). With ``rows_vectorized`` the max and sum run 16 rows per vector, the
+    reduction loop outside: each step of their chains carries 16 rows."""
+    w = K.softmax(ROWS, COLS)
+    sch = tvm_api.Schedule(w.func)
+    for name in ("row_max", "exp", "row_sum", "softmax"):
+        block = sch.get_sblock(name)
+        loops = sch.get_loops(block)
+        if rows_vectorized and name in ("row_max", "row_sum"):
+            i0, i1 = sch.split(loops[0], [None, 16])
+            sch.reorder(i0, loops[1], i1)
+            sch.vectorize(i1)
+            sch.parallel(i0)
+        else:
+            sch.parallel(loops[0])
+    return w, sch
+
+
+def _blocks(w):
+    return [b.name for b in features(w.func, "llvm").blocks]
+
+
+def test_softmax_chains_are_scalar_in_the_built_code_and_the_arm_binds(host, machine):
+    w, sch = _softmax(rows_vectorized=False)
+    if "row_max" not in _blocks(w):
+        pytest.skip(f"softmax blocks are {_blocks(w)}")
+    policy = RooflinePolicy()
+    stage1, stage2, code = evaluate_built(policy, sch, host, machine=machine, workload=w)
+    feats = features(sch, host, w)
+    widths = dict(zip([b.name for b in feats.blocks], chain_widths(feats, code)))
+    # Scalar chains, each row's run through its own loop: one accumulator at a time.
+    assert widths["row_max"] == (1, True) and widths["row_sum"] == (1, True)
+    # Stage 1 had to let a step carry 16 rows (the 1024-step row fits LLVM's unroller, so a
+    # spatial loop around it could be vectorized): the code's scalar chains bound 2x higher.
+    assert stage2.arms["dependency@chain"] > 2 * stage1.arms["dependency"]
+    assert stage2.binding == "dependency@chain" and code.chain_unfused
+    # The bound holds on this CPU, no slack: a busy host only makes the run slower.
+    seconds = measure(sch, w, host, repeat=3, min_repeat_ms=10).min_seconds
+    assert seconds >= stage2.lower_bound_s, (seconds, stage2)
+
+
+def test_a_chain_vectorized_over_rows_is_not_narrowed(host, machine):
+    w, sch = _softmax(rows_vectorized=True)
+    if "row_max" not in _blocks(w):
+        pytest.skip(f"softmax blocks are {_blocks(w)}")
+    stage1, stage2, code = evaluate_built(RooflinePolicy(), sch, host, machine=machine,
+                                          workload=w)  # fmt: skip
+    feats = features(sch, host, w)
+    widths = {b.name: w for b, (w, _) in zip(feats.blocks, chain_widths(feats, code))}
+    assert widths["row_max"] >= 8 and widths["row_sum"] >= 8
+    seconds = measure(sch, w, host, repeat=3, min_repeat_ms=10).min_seconds
+    assert seconds >= stage2.lower_bound_s
+
+
+def test_code_facts_round_trip_with_chain_widths():
+    code = read_module("\tvaddss\t%xmm1, %xmm2, %xmm3\n", MAX_AND_LAUNCH)
+    assert code.chain_regions == ((4, 0), (0, 1)) and code.chain_max_lanes == 1
+    back = CodeFacts.from_dict(code.to_dict())
+    assert back == code and isinstance(back.chain_regions[0], tuple)
+    # Facts written before the IR was read (older logs) load with the chain widths unknown.
+    old = {k: v for k, v in code.to_dict().items() if not k.startswith("chain_")}
+    assert CodeFacts.from_dict(old).chain_add_lanes == -1
+    unread = chain_widths(features(K.softmax(8, 16).func, "llvm"), CodeFacts.from_dict(old))
+    assert not any(w for w, _ in unread) and not any(single for _, single in unread)
+    assert np.isfinite(back.fp_lanes)

@@ -1,0 +1,435 @@
+"""Facts read off a built kernel's optimized LLVM IR: how many outputs a reduction step carries.
+
+The TIR-level dependency arm (``RooflinePolicy._chain``) must let one step of a reduction
+chain carry as many outputs as a vector register has lanes: LLVM may vectorize a spatial loop
+around the reduction. After the build the module's optimized IR says what it did.
+:func:`chain_facts` reads, per reduction class, the most elements any *possible chain step*
+processes:
+
+- class ``add`` (a sum, ``acc + x``, and a multiply-add, ``acc + x * y``): ``fadd``,
+  ``fsub`` (InstCombine may write ``acc + -x`` as ``acc - x``), ``llvm.fmuladd``/``llvm.fma``
+  and ``llvm.vector.reduce.fadd``;
+- class ``max`` (``max``/``min``): ``llvm.maxnum``/``minnum``/``maximum``/``minimum``,
+  ``llvm.vector.reduce.fmax``/``fmin`` and a ``select`` whose condition is an ``fcmp`` (TVM
+  lowers ``max(a, b)`` to ``a > b ? a : b``).
+
+An operation is a possible chain step when an operand carries the value of an earlier step
+of its class: it traces back (through value moves: ``phi``, ``select``, ``bitcast``,
+``shufflevector``, ``insertelement``, ``extractelement``, ``freeze``, ``fneg``, FP
+conversions) to an operation of the class (the accumulator kept in a register), or to a load
+from a buffer the same function stores such a value to (the accumulator kept in memory).
+Buffers are told apart by their base pointer: a function argument, an ``alloca``, a call's
+result, or a pointer loaded from a constant offset of one of these (TVM passes buffers to a
+parallel body in a closure struct); two accesses may alias unless their bases differ, and a
+base this reader cannot name aliases everything. TVM declares its buffers ``noalias``
+(``tirx.noalias``), so distinct bases are distinct buffers.
+
+Why the width bounds the outputs one machine step carries: the previous step's result is
+the operand that makes a step a step, so every step of every reduction of the class is
+among the operations counted. LLVM vectorizes in IR passes (LoopVectorize, SLPVectorizer)
+that run before these IR is printed; instruction selection lowers each IR operation on its
+own, splitting a vector wider than the target's registers and never joining independent
+scalar operations into a wider one. So no machine instruction of a chain processes more
+elements than the widest counted operation. ``reassociates`` is set when any such operation
+allows reassociation (``reassoc``/``fast`` flags): then the chain's order is not fixed and
+nothing here applies.
+
+``single`` (per function and class): the class's chain steps have one start (a step none of
+whose operands moves another step's value), at most one loop-carried accumulator (``phi``),
+and in every basic block they form one chain, each extending the step before it. Then no two
+outputs' chains are interleaved in program order, nor can the backend interleave them: the
+x86 backend reorders instructions only within a basic block (its machine scheduler; it does
+not software-pipeline loops), and this IR is after every loop transformation (LLVM's default
+pipeline neither interchanges loops nor unrolls-and-jams them). A vector step carries its
+lanes' outputs together: that is one chain of vector steps.
+
+``unfused``: some possible chain step of class ``add`` is a plain ``fadd``/``fsub``; the
+x86 backend may still fuse it with a multiply (an FMA), or not: a multiply-add chain's step
+may then take only an add's latency.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_FUNC = re.compile(r"^define\b[^@]*@(\"[^\"]+\"|[\w.$-]+)\(")
+_INSTR = re.compile(r"^\s*(%[\w.$-]+|%\"[^\"]+\")\s*=\s*(.*)$")
+_NAME = re.compile(r"%[\w.$-]+|%\"[^\"]+\"")
+_TYPE = re.compile(r"<(\d+)\s+x\s+(?:half|bfloat|float|double)>|\b(?:half|bfloat|float|double)\b")
+_PHI_VALUE = re.compile(r"\[\s*([^,\]]+),")
+_FLAGS = ("fast", "reassoc", "nnan", "ninf", "nsz", "arcp", "contract", "afn")
+_MOVES = ("phi", "select", "bitcast", "shufflevector", "insertelement", "extractelement",
+          "freeze", "fneg", "fpext", "fptrunc", "addrspacecast")  # fmt: skip
+_ADD_CALL = re.compile(r"@llvm\.(fmuladd|fma|vector\.reduce\.fadd)\.")
+_MAX_CALL = re.compile(r"@llvm\.(maxnum|minnum|maximum|minimum|vector\.reduce\.f(max|min))\.")
+_UNKNOWN = frozenset({("?", None)})
+_LABEL = re.compile(r"^[\w.$-]+:(\s|$)")
+_GLOBAL = re.compile(r"@([\w.$-]+)")
+_LAMBDA = "__tvm_parallel_lambda"  # TVM's name for a parallel loop's body function
+
+
+@dataclass(frozen=True)
+class ChainFacts:
+    """Per reduction class, the most elements any possible chain step processes (0: no such
+    step in the module; see the module docstring)."""
+
+    add_lanes: int
+    max_lanes: int
+    reassociates: bool
+    unfused: bool
+    # (add, max) widths of each parallel body function in the order the module launches them,
+    # and of the rest of the module (the serial code).
+    regions: tuple[tuple[int, int], ...] = ()
+    serial: tuple[int, int] = (0, 0)
+    # Per parallel body (same order) and for the serial code: for (add, max), whether the
+    # function's chains run one accumulator at a time (``_Function.one_at_a_time``).
+    single: tuple[tuple[bool, bool], ...] = ()
+    serial_single: tuple[bool, bool] = (False, False)
+
+
+@dataclass
+class _Op:
+    opcode: str
+    lanes: int
+    operands: list[str]
+    text: str
+    block: int = 0  # the basic block it is in (numbered in text order)
+
+    @property
+    def values(self) -> list[str]:
+        """The operands whose values it passes on or computes with (a select's condition
+        is not one of them)."""
+        return self.operands[1:] if self.opcode == "select" else self.operands
+
+
+def _lanes(text: str) -> int:
+    """Elements of the first floating-point type in ``text`` (0: none)."""
+    m = _TYPE.search(text)
+    if m is None:
+        return 0
+    return int(m.group(1)) if m.group(1) else 1
+
+
+def _operands(opcode: str, rest: str) -> list[str]:
+    if opcode == "phi":
+        return [v.strip() for v in _PHI_VALUE.findall(rest) if v.strip().startswith("%")]
+    if opcode == "call":
+        return _NAME.findall(rest.split("(", 1)[-1])
+    return _NAME.findall(rest)
+
+
+_BYTES = {"i8": 1, "i16": 2, "i32": 4, "i64": 8, "ptr": 8, "half": 2, "bfloat": 2,
+          "float": 4, "double": 8}  # fmt: skip
+_GEP = re.compile(
+    r"^getelementptr(?:\s+(?:inbounds|nuw|nusw|inrange\(\S+\)))*\s+(.+?),\s*ptr\s+(\S+)\s*(.*)$"
+)
+_VEC_TYPE = re.compile(r"^<(\d+)\s+x\s+(\w+)>$")
+
+
+def _size(type_text: str) -> int | None:
+    if type_text in _BYTES:
+        return _BYTES[type_text]
+    m = _VEC_TYPE.match(type_text)
+    if m is not None and m.group(2) in _BYTES:
+        return int(m.group(1)) * _BYTES[m.group(2)]
+    return None
+
+
+def _gep_bytes(text: str, base: str) -> int | None:
+    """The constant byte offset of a one-index ``getelementptr`` off ``base`` (None: a
+    variable index, or a type this reader does not size)."""
+    m = _GEP.match(text)
+    if m is None or m.group(2) != base:
+        return None
+    indices = [i.strip() for i in m.group(3).split(",") if i.strip()]
+    size = _size(m.group(1).strip())
+    if size is None or len(indices) != 1:
+        return None
+    words = indices[0].split()
+    if len(words) != 2 or not re.fullmatch(r"-?\d+", words[1]):
+        return None
+    return size * int(words[1])
+
+
+def _has_unknown(roots) -> bool:
+    for root in roots:
+        if root == "?" or (isinstance(root, tuple) and _has_unknown([root[1]])):
+            return True
+    return False
+
+
+def _parse(body: list[str]) -> dict[str, _Op]:
+    ops: dict[str, _Op] = {}
+    stores = block = 0
+    for line in body:
+        line = re.split(r",\s*!", line, maxsplit=1)[0]  # metadata attachments
+        if _LABEL.match(line):
+            block += 1
+            continue
+        m = _INSTR.match(line)
+        if m is not None:
+            name, rest = m.groups()
+        elif line.strip().startswith("store "):
+            name, rest = f"%<store{stores}>", line.strip()
+            stores += 1
+        else:
+            continue
+        words = rest.split()
+        if words and words[0] in ("tail", "musttail", "notail"):
+            words = words[1:]
+        opcode = words[0] if words else ""
+        typed = " ".join(w for w in words[1:] if w not in _FLAGS)
+        ops[name] = _Op(opcode, _lanes(typed), _operands(opcode, typed), " ".join(words), block)
+    return ops
+
+
+def _class(op: _Op, ops: dict[str, _Op]) -> str | None:
+    if op.opcode in ("fadd", "fsub"):
+        return "add"
+    if op.opcode == "call":
+        if _ADD_CALL.search(op.text):
+            return "add"
+        if _MAX_CALL.search(op.text):
+            return "max"
+        return None
+    if op.opcode == "select" and op.lanes:
+        cond = ops.get(op.operands[0]) if op.operands else None
+        if cond is not None and cond.opcode == "fcmp":
+            return "max"
+    return None
+
+
+def _widen(keys) -> frozenset:
+    """One key per root: a root reached at several offsets may be anywhere in its buffer
+    (this also ends the fixpoint on a pointer advanced around a loop)."""
+    by_root: dict = {}
+    for root, off in keys:
+        by_root[root] = off if by_root.get(root, off) == off else None
+    return frozenset(by_root.items())
+
+
+class _Function:
+    def __init__(self, args: list[str], body: list[str]):
+        self.args = set(args)
+        self.refs = [r for line in body for r in _GLOBAL.findall(line.split(", !", 1)[0])]
+        self.ops = _parse(body)
+        self.classes = {n: _class(op, self.ops) for n, op in self.ops.items()}
+        self._bases: dict[str, frozenset] | None = None
+        self._carry: dict[str, set[str]] = {}
+
+    def _base_of(self, op: _Op, name: str, known: dict) -> frozenset:
+        def of(operand: str) -> frozenset:
+            if operand in self.args:
+                return frozenset({(operand, 0)})
+            if operand not in self.ops:
+                return _UNKNOWN  # a global, or a name this reader did not parse
+            return known.get(operand, frozenset())  # not reached yet (a loop's back edge)
+
+        if op.opcode == "getelementptr":
+            if not op.operands:
+                return _UNKNOWN
+            step = _gep_bytes(op.text, op.operands[0])
+            return frozenset((root, off + step if off is not None and step is not None else None)
+                             for root, off in of(op.operands[0]))  # fmt: skip
+        if op.opcode in ("bitcast", "addrspacecast", "phi", "select", "freeze"):
+            out: set = set()
+            for operand in op.values:
+                out |= of(operand)
+            return frozenset(out)
+        if op.opcode == "load":  # a pointer read from memory: named by where it was read
+            if not op.operands:
+                return _UNKNOWN
+            return frozenset((("*", root, off), 0) for root, off in of(op.operands[-1]))
+        if op.opcode in ("alloca", "call"):
+            return frozenset({(name, 0)})
+        return _UNKNOWN
+
+    def bases(self) -> dict[str, frozenset]:
+        """For every value, the buffers it may point into, as ``(root, byte offset)`` pairs
+        (offset None: anywhere). Roots are an argument, an ``alloca``, a call's result, or
+        ``("*", root, offset)`` for a pointer loaded from a known place; ``"?"``: a pointer
+        this reader cannot name, which aliases everything. A fixpoint over the function (phis
+        reach back around loops)."""
+        if self._bases is None:
+            known: dict[str, frozenset] = {}
+            changed = True
+            while changed:
+                changed = False
+                for name, op in self.ops.items():
+                    new = _widen(self._base_of(op, name, known) | known.get(name, frozenset()))
+                    if new != known.get(name):
+                        known[name], changed = new, True
+            self._bases = known
+        return self._bases
+
+    def where(self, op: _Op) -> frozenset:
+        """The buffers a load (last operand) or a store (second operand) accesses."""
+        index = 1 if op.opcode == "store" else -1
+        if len(op.operands) < (2 if op.opcode == "store" else 1):
+            return _UNKNOWN
+        pointer = op.operands[index]
+        if pointer in self.args:
+            return frozenset({(pointer, 0)})
+        return self.bases().get(pointer, _UNKNOWN) or _UNKNOWN
+
+    @staticmethod
+    def _alias(a: frozenset, b: frozenset) -> bool:
+        """Two accesses may touch the same memory unless every pair of roots differs (a root
+        is a whole buffer: offsets inside it are not compared)."""
+        roots_a = {root for root, _ in a}
+        roots_b = {root for root, _ in b}
+        return _has_unknown(roots_a) or _has_unknown(roots_b) or bool(roots_a & roots_b)
+
+    def carriers(self, cls: str) -> set[str]:
+        """Values that may hold the result of a class-``cls`` operation: the operations
+        themselves, value moves of such values, and loads from a buffer such a value is
+        stored to. A fixpoint (a store may come after the load it feeds, around a loop)."""
+        if cls in self._carry:
+            return self._carry[cls]
+        carry: set[str] = self._carry.setdefault(cls, set())
+        stored: list[frozenset] = []
+        stores_seen: set[str] = set()
+        changed = True
+        while changed:
+            changed = False
+            for name, op in self.ops.items():
+                if op.opcode == "store":
+                    if name not in stores_seen and op.operands and op.operands[0] in carry:
+                        stores_seen.add(name)
+                        stored.append(self.where(op))
+                        changed = True
+                    continue
+                if name in carry:
+                    continue
+                if (
+                    self.classes.get(name) == cls
+                    or (op.opcode in _MOVES and any(o in carry for o in op.values))
+                    or (op.opcode == "load" and any(self._alias(self.where(op), b) for b in stored))
+                ):
+                    carry.add(name)
+                    changed = True
+        return carry
+
+    def _reaches(self, name: str, target) -> bool:
+        """Whether value ``name`` is ``target`` (a name, or any of a set of names) or a value
+        move of it."""
+        targets = target if isinstance(target, (set, frozenset)) else {target}
+        todo, seen = [name], set()
+        while todo:
+            v = todo.pop()
+            if v in targets:
+                return True
+            op = self.ops.get(v)
+            if v in seen or op is None or op.opcode not in _MOVES:
+                continue
+            seen.add(v)
+            todo += op.values
+        return False
+
+    def one_at_a_time(self, cls: str) -> bool:
+        """Whether this function's class-``cls`` chain steps advance one accumulator at a
+        time in program order (see :class:`ChainFacts`): one chain start, at most one
+        loop-carried accumulator, and in every basic block the steps form one chain."""
+        names = {id(op): n for n, op in self.ops.items()}
+        steps = [names[id(op)] for op in self.steps(cls)]
+        if not steps:
+            return False
+        carry = self.carriers(cls)
+        phis = [n for n, op in self.ops.items() if op.opcode == "phi" and n in carry]
+        starts, others = 0, set(steps)
+        by_block: dict[int, list[str]] = {}
+        for step in steps:
+            op = self.ops[step]
+            operands = op.values
+            starts += not any(self._reaches(o, others) for o in operands)
+            by_block.setdefault(op.block, []).append(step)
+        if starts > 1 or len(phis) > 1:
+            return False
+        for seq in by_block.values():
+            for before, step in zip(seq, seq[1:]):
+                op = self.ops[step]
+                if not any(self._reaches(o, before) for o in op.values):
+                    return False
+        return True
+
+    def steps(self, cls: str) -> list[_Op]:
+        """The possible chain steps of class ``cls`` in this function: its operations with an
+        operand that may hold an earlier one's result."""
+        carry = self.carriers(cls)
+        out = []
+        for name, op in self.ops.items():
+            if self.classes.get(name) != cls:
+                continue
+            if any(o in carry for o in op.values):
+                out.append(op)
+        return out
+
+
+def functions(text: str) -> dict[str, "_Function"]:
+    """The module's defined functions, parsed."""
+    out, name, args, body = {}, None, [], []
+    for line in text.splitlines():
+        if name is None:
+            m = _FUNC.match(line)
+            if m is not None:
+                name, body = m.group(1), []
+                args = _NAME.findall(line[m.end() :])
+            continue
+        if line.startswith("}"):
+            out[name] = _Function(args, body)
+            name = None
+            continue
+        body.append(line)
+    return out
+
+
+def chain_facts(text: str) -> ChainFacts:
+    """:class:`ChainFacts` of a module's optimized LLVM IR (``inspect_source("ll")``)."""
+    widths: dict[str, tuple[int, int]] = {}
+    reassoc = unfused = False
+    parsed = functions(text)
+    single = {n: (fn.one_at_a_time("add"), fn.one_at_a_time("max")) for n, fn in parsed.items()}
+    for name, fn in parsed.items():
+        lanes = []
+        for cls in ("add", "max"):
+            steps = fn.steps(cls)
+            lanes.append(max((_step_lanes(op) for op in steps), default=0))
+            for op in steps:
+                unfused |= cls == "add" and op.opcode in ("fadd", "fsub")
+                words = op.text.split()
+                reassoc |= "reassoc" in words or "fast" in words
+        widths[name] = (lanes[0], lanes[1])
+    lambdas = {n for n in parsed if n.startswith(_LAMBDA)}
+    order: list[str] = []  # parallel bodies in launch order (first reference in serial code)
+    for name, fn in parsed.items():
+        if name not in lambdas:
+            order += [r for r in fn.refs if r in lambdas and r not in order]
+    serial = [w for n, w in widths.items() if n not in lambdas]
+    return ChainFacts(
+        add_lanes=max((w[0] for w in widths.values()), default=0),
+        max_lanes=max((w[1] for w in widths.values()), default=0),
+        reassociates=reassoc,
+        unfused=unfused,
+        regions=tuple(widths[n] for n in order) if set(order) == lambdas else (),
+        serial=(max((w[0] for w in serial), default=0), max((w[1] for w in serial), default=0)),
+        single=tuple(single[n] for n in order) if set(order) == lambdas else (),
+        serial_single=_serial_single(parsed, lambdas, single),
+    )
+
+
+def _serial_single(parsed, lambdas, single) -> tuple[bool, bool]:
+    """The serial code's chains run one at a time when one function holds them all."""
+    out = []
+    for cls, index in (("add", 0), ("max", 1)):
+        holders = [n for n, fn in parsed.items() if n not in lambdas and fn.steps(cls)]
+        out.append(len(holders) == 1 and single[holders[0]][index])
+    return (out[0], out[1])
+
+
+def _step_lanes(op: _Op) -> int:
+    """Elements one operation processes: a vector reduction counts its vector's elements."""
+    if op.opcode == "call" and "vector.reduce" in op.text:
+        widths = [int(n) for n in _TYPE.findall(op.text) if n]
+        return max(widths, default=1)
+    return max(op.lanes, 1)
