@@ -364,7 +364,10 @@ def main() -> None:
             "whose bound is at least the workload's best measured time; failed: a build, run or "
             'parity failure, or a candidate stopped after minutes of one run. "stage 2" '
             "columns (with `--stage2`): the bound after the build, read off the machine code "
-            "(the widest floating-point instruction), which the cut applies before the run.",
+            "(the widest floating-point instruction) and the optimized LLVM IR (each "
+            "reduction chain's width, one accumulator at a time or not, still a loop or not), "
+            "which the cut applies before the run. Bounds are recomputed from each candidate's "
+            "trace, so a re-priced table holds the same measurements.",
             table,
         )
 

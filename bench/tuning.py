@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -151,6 +152,7 @@ def run_arm(arm: str, name: str, trials: int, batch: int, seed: int, out: str) -
         summary["violations"] = sum(1 for s, b in pairs if s < b * 0.95)
         summary["violations_strict"] = sum(1 for s, b in pairs if s < b)
     summary["flops"] = w.flops
+    shutil.rmtree(work_dir, ignore_errors=True)  # the run's database: read, no longer needed
     with open(out, "w") as f:
         json.dump(summary, f)
 
@@ -199,6 +201,7 @@ def main() -> None:
         return
     import pandas as pd
 
+    started, load = time.strftime("%Y-%m-%d %H:%M", time.gmtime()), os.getloadavg()
     rows, curves = [], {}
     for name in args.workloads:
         res = {}
@@ -281,7 +284,11 @@ def main() -> None:
         write_section(
             "tuning",
             f"### Stock MetaSchedule vs tvm_ext.search.tuner ({args.trials} trials, "
-            f"batches of {args.batch}, seed {args.seed}, same threads)",
+            f"batches of {args.batch}, seed {args.seed}, same threads)\n\n"
+            f"Run {started} - {time.strftime('%H:%M', time.gmtime())} UTC, load average "
+            f"{load[0]:.1f} at the start, {os.getloadavg()[0]:.1f} at the end. Stage 2 (the "
+            "bound read off the built code) is replayed over stock's stream by rebuilding each "
+            f"of its records. `.venv/bin/python bench/tuning.py {' '.join(sys.argv[1:])}`",
             table,
         )
 

@@ -75,7 +75,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 from types import MappingProxyType
-from typing import Mapping
+from typing import Mapping, NamedTuple
 
 from tvm_ext.base.errors import PolicyError
 from tvm_ext.facts.isa import FMA_PIPES, FP_PIPES, fma_lanes_per_cycle, max_boost_hz
@@ -147,39 +147,56 @@ def capped_arms(policy, c: CandidateFeatures, code: CodeFacts,
     return {f"{name}@{code.fp_lanes}lanes": value for name, value in capped.items()}
 
 
-def chain_widths(c: CandidateFeatures, code: CodeFacts) -> list[tuple[int, bool]]:
-    """Per block of ``c``: the most outputs one step of its reduction chain carries in the
-    built code (0: not known), and whether its function's chains of that class run one
-    accumulator at a time (:class:`~tvm_ext.facts.llvm_ir.ChainFacts`). A block reads its own
-    parallel body function when the module has exactly one per parallel region of the TIR
-    (``BlockFacts.region``, in launch order), else the module's widest step of its class (and
-    nothing about interleaving)."""
+class BuiltChain(NamedTuple):
+    """How the built code runs one block's reduction chain (see :func:`chain_widths`)."""
+
+    lanes: int  # the most outputs one step carries (0: not known)
+    single: bool  # its function's chains of that class run one accumulator at a time
+    looped: bool  # its function's chains of that class stayed loops (none can be hoisted)
+
+
+def chain_widths(c: CandidateFeatures, code: CodeFacts) -> list[BuiltChain]:
+    """Per block of ``c``, how the built code runs its reduction chain
+    (:class:`~tvm_ext.facts.llvm_ir.ChainFacts`). A block reads its own parallel body function
+    when the module has exactly one per parallel region of the TIR (``BlockFacts.region``, in
+    launch order), else the module's widest step of its class (and nothing more)."""
+    unknown = BuiltChain(0, False, False)
     if code.chain_add_lanes < 0 or code.chain_reassociates:
-        return [(0, False)] * len(c.blocks)
+        return [unknown] * len(c.blocks)
     regions = {b.region for b in c.blocks if b.region >= 0}
     per_region = regions == set(range(len(code.chain_regions)))
-    single_known = per_region and len(code.chain_single) == len(code.chain_regions)
+    known = per_region and len(code.chain_single) == len(code.chain_looped) == len(
+        code.chain_regions
+    )
     out = []
     for b in c.blocks:
         cls = 1 if b.chain_op == "max" else 0
-        widest, single = (code.chain_add_lanes, code.chain_max_lanes)[cls], False
+        widest, single, looped = (code.chain_add_lanes, code.chain_max_lanes)[cls], False, False
         if per_region:
             own = (code.chain_regions[b.region] if b.region >= 0 else code.chain_serial)[cls]
             widest = own if own >= 1 else widest  # none found there: the module's widest
-            if single_known and own >= 1:
-                where = code.chain_single[b.region] if b.region >= 0 else code.chain_serial_single
-                single = bool(where[cls])
-        out.append((max(widest, 0), single))
+            if known and own >= 1:
+                inside = b.region >= 0
+                single = bool((code.chain_single[b.region] if inside
+                               else code.chain_serial_single)[cls])  # fmt: skip
+                looped = bool((code.chain_looped[b.region] if inside
+                               else code.chain_serial_looped)[cls])  # fmt: skip
+        out.append(BuiltChain(max(widest, 0), single, looped))
     return out
 
 
-def _as_built(b, width: int, single: bool):
-    """Block ``b``'s facts as the built code runs its chain: at most ``width`` lanes a step;
-    with ``single``, one output vector at a time and no copies of its loop side by side."""
-    if width < 1 or not b.chain_op:
+def _as_built(b, chain: BuiltChain):
+    """Block ``b``'s facts as the built code runs its chain: at most ``chain.lanes`` lanes a
+    step; one output vector at a time with no copies of its loop side by side (``single``);
+    run again for each repeat around it (``looped``: nothing hoisted it)."""
+    if chain.lanes < 1 or not b.chain_op:
         return b
-    b = replace(b, lanes_bound=min(b.lanes_bound or b.possible_lanes, width))
-    return replace(b, independent_outputs=1, body_instances=0) if single else b
+    b = replace(b, lanes_bound=min(b.lanes_bound or b.possible_lanes, chain.lanes))
+    if chain.single:
+        b = replace(b, independent_outputs=1, body_instances=0)
+    if chain.looped:
+        b = replace(b, chain_repeats=max(b.chain_repeats, b.loop_repeats))
+    return b
 
 
 def chain_arms(policy, c: CandidateFeatures, code: CodeFacts,
@@ -188,10 +205,10 @@ def chain_arms(policy, c: CandidateFeatures, code: CodeFacts,
     runs it (:func:`chain_widths`), named ``dependency@chain``, when it rose; empty when the
     IR was not read, a chain step may be reassociated, or the code narrows nothing."""
     arms = getattr(policy, "arms", None)
-    widths = chain_widths(c, code)
-    if arms is None or not any(w for w, _ in widths):
+    chains = chain_widths(c, code)
+    if arms is None or not any(chain.lanes for chain in chains):
         return {}
-    blocks = tuple(_as_built(b, w, single) for b, (w, single) in zip(c.blocks, widths))
+    blocks = tuple(_as_built(b, chain) for b, chain in zip(c.blocks, chains))
     k = dict(coefficients)
     if code.chain_unfused and k.get("add_step"):
         # a multiply-add chain may step on a plain add: price its step as an add's

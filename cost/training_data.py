@@ -43,7 +43,7 @@ from tvm_ext.records.logs import (
 
 from .features import STORE_SUMMARY
 
-FEATURE_VERSION = 3  # 2: the roofline of issue 16 (ISA ceilings, issue arm, chain from segments); 3: a chain inside the unroll reach is not charged its repeats
+FEATURE_VERSION = 4  # 2: the roofline of issue 16 (ISA ceilings, issue arm, chain from segments); 3: a chain inside the unroll reach is not charged its repeats; 4: nor is an issue run
 ROOFLINE_ARMS = ("compute", "memory.llc", "memory.dram", "dependency", "issue")
 ID_COLUMNS = (
     "workload",

@@ -65,6 +65,7 @@ class BlockFacts:
     chain_op: str = ""
     body_instances: int = 0  # instances of the innermost loops the compiler may unroll as one
     chain_repeats: int = 1  # times each distinct chain is run again (recomputation around it)
+    loop_repeats: int = 1  # the same, once the built code shows the chain stayed a loop
     lanes_bound: int = 0  # the most lanes its arithmetic can run at (0: unknown, see possible)
     # Memory-port traffic of one run of the loop around that body (after the register
     # allowance): load and store slots (one per vector-width window) and bytes; ``mem_runs``
@@ -152,7 +153,8 @@ class Walker:
         self.touched: int | None = 0
         self.allocated: set[str] = set()  # buffers of the function's own (not parameters)
         self.stored: set[str] = set()  # buffers some block writes
-        self._pending: list[tuple[int, list, object]] = []  # (block index, loops, body)
+        # (block index, loops, body, which loops repeat it: they touch none of its variables)
+        self._pending: list[tuple[int, list, object, list[bool]]] = []
         self.regions = 0  # outermost parallel loops (extent > 1) met so far
 
     def stmt(self, node, loops: list[_Loop]) -> None:
@@ -223,9 +225,8 @@ class Walker:
         repeat = [d for d, lp in enumerate(loops)
                   if lp.extent > 1 and not is_red[d] and not is_spatial[d]]  # fmt: skip
         body_start = _body_start(loops)
-        stays_loop = band < body_start
-        chained = (math.prod(loops[d].extent for d in repeat)
-                   if stays_loop and all(d < band for d in repeat) else 1)  # fmt: skip
+        around = math.prod(loops[d].extent for d in repeat) if all(d < band for d in repeat) else 1
+        chained = around if band < body_start else 1
         tensorized = not all(isinstance(s, tirx.BufferStore) for s in _children(block.body))
         muls = ops = None
         try:
@@ -241,7 +242,8 @@ class Walker:
         self.stored.update(str(s.buffer.name) for s in _children(block.body)
                            if isinstance(s, tirx.BufferStore))  # fmt: skip
         body_start = _body_start(loops)
-        self._pending.append((len(self.blocks), loops, realize))
+        repeats = [not is_red[d] and not is_spatial[d] for d in range(len(loops))]
+        self._pending.append((len(self.blocks), loops, realize, repeats))
         self.blocks.append(
             BlockFacts(
                 block.name_hint,
@@ -263,6 +265,7 @@ class Walker:
                 chain_op=_chain_op(block.body) if red_depths else "",
                 body_instances=math.prod(lp.extent for lp in loops[body_start:]),
                 chain_repeats=chained if red_depths else 1,
+                loop_repeats=around if red_depths else 1,
                 lanes_bound=lanes,
                 region=next((lp.region for lp in loops if lp.region >= 0), -1),
             )
@@ -272,13 +275,22 @@ class Walker:
         """The blocks with their memory-port traffic (needs every block's stores first)."""
         reps: list = []  # the loop variable of each group's run loop
         vector_bytes = self.max_lanes * 4
-        for index, loops, realize in self._pending:
+        for index, loops, realize, repeats in self._pending:
             start = _body_start(loops)
             par = [d for d, lp in enumerate(loops) if lp.kind == tirx.ForKind.PARALLEL]
             if start == 0 or any(d >= start for d in par):
                 continue  # the whole nest is one body, or the body is split over cores
             runs = math.prod(lp.extent for lp in loops[: start - 1])
             count = loops[start - 1].extent
+            # A run loop that repeats the block (it touches none of its variables) around a
+            # body the compiler may unroll: LLVM may hoist the whole straight-line body out of
+            # it (LICM), and out of every repeating loop right around it. Then the body runs
+            # once for all of their iterations.
+            if repeats[start - 1]:
+                count, outer = 1, start - 2
+                while outer >= 0 and repeats[outer]:  # (a parallel one too: within a core)
+                    runs //= loops[outer].extent
+                    outer -= 1
             if start - 1 in par:  # the run loop itself is split: a core runs one chunk of it
                 if len(par) > 1:
                     continue

@@ -181,6 +181,48 @@ def test_one_accumulator_at_a_time():
     assert chain_facts(both).serial_single == (False, False)
 
 
+def test_a_chain_that_stayed_a_loop():
+    assert functions(SCALAR_SUM)["__tvm_parallel_lambda"].looped("add")
+    assert not functions(STRAIGHT_THROUGH_MEMORY)["main_compute_"].looped("add")
+    assert chain_facts(STRAIGHT_THROUGH_MEMORY).serial_looped == (False, False)
+
+
+def _row_sum_per_column(k: int, unroll: bool):
+    """``B[i, j] = A[i, j] / sum_r A[i, r]`` with the row sum recomputed for each j (8 x 64
+    outputs), the sum's loop unrolled by TVM or left to LLVM."""
+    from tvm import te
+
+    a = te.placeholder((8, k), "float32", name="A")
+    r = te.reduce_axis((0, k), name="r")
+    total = te.compute((8,), lambda i: te.sum(a[i, r], axis=r), name="S")
+    b = te.compute((8, 64), lambda i, j: a[i, j] / total[i], name="B")
+    func = te.create_prim_func([a, b])
+    sch = tvm_api.Schedule(func)
+    sch.compute_at(sch.get_sblock("S"), sch.get_loops(sch.get_sblock("B"))[1])
+    if unroll:
+        sch.unroll(sch.get_loops(sch.get_sblock("S"))[-1])
+    return func, sch
+
+
+def test_a_recomputed_chain_is_charged_again_only_while_it_stays_a_loop(host, machine):
+    """Stage 1 charges a recomputed chain inside the unroll reach once (it may be unrolled
+    and hoisted). The built code says: a loop of 512 adds that stayed a loop runs again for
+    each of the 64 columns; one TVM unrolled is straight-line code, charged once."""
+    policy = RooflinePolicy()
+    for unroll in (False, True):
+        func, sch = _row_sum_per_column(512, unroll)
+        feats = features(sch, host)
+        (s_block,) = [b for b in feats.blocks if b.name == "S"]
+        assert s_block.chain_repeats == 1 and s_block.loop_repeats == 64
+        stage1, stage2, code = evaluate_built(policy, sch, host, machine=machine)
+        (chain,) = [ch for b, ch in zip(feats.blocks, chain_widths(feats, code)) if b.name == "S"]
+        assert chain.looped is (not unroll), (unroll, chain)
+        if not unroll:
+            assert stage2.arms["dependency@chain"] > 8 * stage1.arms["dependency"]
+        seconds = measure(sch, None, host, reference=func, repeat=3).min_seconds
+        assert seconds >= stage2.lower_bound_s, (unroll, seconds, stage2)
+
+
 # --- per block, on built modules ----------------------------------------------------------
 
 
@@ -219,7 +261,7 @@ def test_softmax_chains_are_scalar_in_the_built_code_and_the_arm_binds(host, mac
     feats = features(sch, host, w)
     widths = dict(zip([b.name for b in feats.blocks], chain_widths(feats, code)))
     # Scalar chains, each row's run through its own loop: one accumulator at a time.
-    assert widths["row_max"] == (1, True) and widths["row_sum"] == (1, True)
+    assert widths["row_max"][:2] == (1, True) and widths["row_sum"][:2] == (1, True)
     # Stage 1 had to let a step carry 16 rows (the 1024-step row fits LLVM's unroller, so a
     # spatial loop around it could be vectorized): the code's scalar chains bound 2x higher.
     assert stage2.arms["dependency@chain"] > 2 * stage1.arms["dependency"]
@@ -236,7 +278,7 @@ def test_a_chain_vectorized_over_rows_is_not_narrowed(host, machine):
     stage1, stage2, code = evaluate_built(RooflinePolicy(), sch, host, machine=machine,
                                           workload=w)  # fmt: skip
     feats = features(sch, host, w)
-    widths = {b.name: w for b, (w, _) in zip(feats.blocks, chain_widths(feats, code))}
+    widths = {b.name: chain.lanes for b, chain in zip(feats.blocks, chain_widths(feats, code))}
     assert widths["row_max"] >= 8 and widths["row_sum"] >= 8
     seconds = measure(sch, w, host, repeat=3, min_repeat_ms=10).min_seconds
     assert seconds >= stage2.lower_bound_s
@@ -251,5 +293,5 @@ def test_code_facts_round_trip_with_chain_widths():
     old = {k: v for k, v in code.to_dict().items() if not k.startswith("chain_")}
     assert CodeFacts.from_dict(old).chain_add_lanes == -1
     unread = chain_widths(features(K.softmax(8, 16).func, "llvm"), CodeFacts.from_dict(old))
-    assert not any(w for w, _ in unread) and not any(single for _, single in unread)
+    assert not any(chain.lanes or chain.single or chain.looped for chain in unread)
     assert np.isfinite(back.fp_lanes)

@@ -27,7 +27,7 @@ base this reader cannot name aliases everything. TVM declares its buffers ``noal
 Why the width bounds the outputs one machine step carries: the previous step's result is
 the operand that makes a step a step, so every step of every reduction of the class is
 among the operations counted. LLVM vectorizes in IR passes (LoopVectorize, SLPVectorizer)
-that run before these IR is printed; instruction selection lowers each IR operation on its
+that run before this IR is printed; instruction selection lowers each IR operation on its
 own, splitting a vector wider than the target's registers and never joining independent
 scalar operations into a wider one. So no machine instruction of a chain processes more
 elements than the widest counted operation. ``reassociates`` is set when any such operation
@@ -42,6 +42,11 @@ x86 backend reorders instructions only within a basic block (its machine schedul
 not software-pipeline loops), and this IR is after every loop transformation (LLVM's default
 pipeline neither interchanges loops nor unrolls-and-jams them). A vector step carries its
 lanes' outputs together: that is one chain of vector steps.
+
+``looped`` (per function and class): every chain step extends an accumulator carried around a
+loop by a ``phi``: the reduction stayed a loop. LLVM's loop-invariant code motion moves
+instructions out of a loop, never a loop: such a chain, recomputed inside a loop around it,
+runs again each time.
 
 ``unfused``: some possible chain step of class ``add`` is a plain ``fadd``/``fsub``; the
 x86 backend may still fuse it with a multiply (an FMA), or not: a multiply-add chain's step
@@ -86,6 +91,10 @@ class ChainFacts:
     # function's chains run one accumulator at a time (``_Function.one_at_a_time``).
     single: tuple[tuple[bool, bool], ...] = ()
     serial_single: tuple[bool, bool] = (False, False)
+    # The same for ``_Function.looped``: the chains stayed loops (none became straight-line
+    # code that LICM could hoist out of a loop around it).
+    looped: tuple[tuple[bool, bool], ...] = ()
+    serial_looped: tuple[bool, bool] = (False, False)
 
 
 @dataclass
@@ -327,6 +336,28 @@ class _Function:
             todo += op.values
         return False
 
+    def looped(self, cls: str) -> bool:
+        """Whether every class-``cls`` chain step of this function extends, through class
+        operations and value moves, an accumulator carried around a loop (a ``phi`` one of
+        whose incoming values is such a step's result): the chains stayed loops."""
+        steps = self.steps(cls)
+        carry = self.carriers(cls)
+        rooted = {n for n, op in self.ops.items()
+                  if op.opcode == "phi" and n in carry and any(v in carry for v in op.values)}
+        changed = bool(rooted)
+        while changed:
+            changed = False
+            for name, op in self.ops.items():
+                if name in rooted or op.opcode in ("load", "store"):
+                    continue
+                if (op.opcode in _MOVES or self.classes.get(name) == cls) and any(
+                    v in rooted for v in op.values
+                ):
+                    rooted.add(name)
+                    changed = True
+        names = {id(op): n for n, op in self.ops.items()}
+        return bool(steps) and all(names[id(op)] in rooted for op in steps)
+
     def one_at_a_time(self, cls: str) -> bool:
         """Whether this function's class-``cls`` chain steps advance one accumulator at a
         time in program order (see :class:`ChainFacts`): one chain start, at most one
@@ -390,6 +421,7 @@ def chain_facts(text: str) -> ChainFacts:
     reassoc = unfused = False
     parsed = functions(text)
     single = {n: (fn.one_at_a_time("add"), fn.one_at_a_time("max")) for n, fn in parsed.items()}
+    looped = {n: (fn.looped("add"), fn.looped("max")) for n, fn in parsed.items()}
     for name, fn in parsed.items():
         lanes = []
         for cls in ("add", "max"):
@@ -414,16 +446,19 @@ def chain_facts(text: str) -> ChainFacts:
         regions=tuple(widths[n] for n in order) if set(order) == lambdas else (),
         serial=(max((w[0] for w in serial), default=0), max((w[1] for w in serial), default=0)),
         single=tuple(single[n] for n in order) if set(order) == lambdas else (),
-        serial_single=_serial_single(parsed, lambdas, single),
+        serial_single=_serial_only(parsed, lambdas, single),
+        looped=tuple(looped[n] for n in order) if set(order) == lambdas else (),
+        serial_looped=_serial_only(parsed, lambdas, looped),
     )
 
 
-def _serial_single(parsed, lambdas, single) -> tuple[bool, bool]:
-    """The serial code's chains run one at a time when one function holds them all."""
+def _serial_only(parsed, lambdas, facts) -> tuple[bool, bool]:
+    """A per-function fact of the serial code: it holds when one function holds all its
+    chains of the class and the fact holds there."""
     out = []
     for cls, index in (("add", 0), ("max", 1)):
         holders = [n for n, fn in parsed.items() if n not in lambdas and fn.steps(cls)]
-        out.append(len(holders) == 1 and single[holders[0]][index])
+        out.append(len(holders) == 1 and facts[holders[0]][index])
     return (out[0], out[1])
 
 

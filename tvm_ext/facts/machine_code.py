@@ -96,6 +96,8 @@ class CodeFacts:
     chain_serial: tuple = (-1, -1)  # (add, max) widths of the serial code
     chain_single: tuple = ()  # (add, max): chains one accumulator at a time, per body
     chain_serial_single: tuple = (False, False)  # the same for the serial code
+    chain_looped: tuple = ()  # (add, max): the chains stayed loops, per body
+    chain_serial_looped: tuple = (False, False)  # the same for the serial code
 
     @property
     def widest_register(self) -> str:
@@ -239,4 +241,5 @@ def read_module(asm: str, ir: str | None = None) -> CodeFacts:
     return replace(code, chain_add_lanes=chain.add_lanes, chain_max_lanes=chain.max_lanes,
                    chain_reassociates=chain.reassociates, chain_unfused=chain.unfused,
                    chain_regions=chain.regions, chain_serial=chain.serial,
-                   chain_single=chain.single, chain_serial_single=chain.serial_single)  # fmt: skip
+                   chain_single=chain.single, chain_serial_single=chain.serial_single,
+                   chain_looped=chain.looped, chain_serial_looped=chain.serial_looped)  # fmt: skip
