@@ -197,18 +197,22 @@ recs = audited.stats["records"]  # (lower bound s, measured s, binding arm, drop
 print(f"{w.key}: {len(recs)} candidates measured, {audited.stats['dropped']} dropped by the cut, "
       f"{audited.stats['regrets']} regrets, {audited.stats['violations']} bound violations")'''),
     new_markdown_cell("""## The roofline chart
-Each point is one candidate: its proven lower bound against its measured time. Every point
-must lie above the diagonal (a point below it would be a bound violation)."""),
+Each point is one candidate: its proven lower bound against its measured time. The bound is
+the one the cut applied last: stage 2's, read off the built code (its vector widths and how its
+reduction chains run), for every candidate that was built. Every point must lie above the
+diagonal (a point below it would be a bound violation)."""),
     new_code_cell('''import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-colors = {"compute": "tab:blue", "dependency": "tab:red", "memory.llc": "tab:green",
-          "memory.dram": "tab:purple"}
+def family(arm):  # stage 2's arms read the built code: "machine_code.compute", "<arm>@..."
+    if arm.startswith("machine_code"):
+        return "compute (machine code)"
+    return arm.split("@")[0] + (" (built code)" if "@" in arm else "")
+families = sorted({family(a) for b, _, a, _ in recs if b})
 fig, ax = plt.subplots(figsize=(6, 4.5))
-for arm, color in colors.items():
-    pts = [(b * 1e6, t * 1e6) for b, t, a, _ in recs if a == arm and b]
-    if pts:
-        ax.scatter(*zip(*pts), s=14, color=color, label=f"binding: {arm}")
+for i, name in enumerate(families):
+    pts = [(b * 1e6, t * 1e6) for b, t, a, _ in recs if b and family(a) == name]
+    ax.scatter(*zip(*pts), s=14, color=f"C{i}", label=f"binding: {name} ({len(pts)})")
 lo = min(min(b, t) for b, t, _, _ in recs if b) * 1e6
 hi = max(max(b, t) for b, t, _, _ in recs if b) * 1e6
 ax.plot([lo, hi], [lo, hi], "k--", lw=1, label="measured = bound")

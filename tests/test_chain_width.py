@@ -179,6 +179,13 @@ def test_one_accumulator_at_a_time():
     # Two chains interleaved in one straight-line block.
     both = STRAIGHT_THROUGH_MEMORY.replace("%s2 = fadd float %s1, %x", "%s2 = fadd float %c, %x")
     assert chain_facts(both).serial_single == (False, False)
+    # Two accumulators stored to two buffers are two blocks' chains (a sum and a sum of
+    # squares in one loop): each runs one accumulator at a time. Stored to one buffer, they
+    # may be two outputs of one block side by side.
+    apart = TWO_ACCUMULATORS.replace("  ret i32 0", "  store float %n1, ptr %A, align 4\n  ret i32 0")
+    assert chain_facts(apart).serial_single == (True, False)
+    together = apart.replace("store float %n1, ptr %A", "store float %n1, ptr %C")
+    assert chain_facts(together).serial_single == (False, False)
 
 
 def test_a_chain_that_stayed_a_loop():

@@ -226,6 +226,7 @@ class _Function:
         self.classes = {n: _class(op, self.ops) for n, op in self.ops.items()}
         self._bases: dict[str, frozenset] | None = None
         self._carry: dict[str, set[str]] = {}
+        self._user_map: dict[str, list[str]] | None = None
 
     def _base_of(self, op: _Op, name: str, known: dict) -> frozenset:
         def of(operand: str) -> frozenset:
@@ -342,8 +343,11 @@ class _Function:
         whose incoming values is such a step's result): the chains stayed loops."""
         steps = self.steps(cls)
         carry = self.carriers(cls)
-        rooted = {n for n, op in self.ops.items()
-                  if op.opcode == "phi" and n in carry and any(v in carry for v in op.values)}
+        rooted = {
+            n
+            for n, op in self.ops.items()
+            if op.opcode == "phi" and n in carry and any(v in carry for v in op.values)
+        }
         changed = bool(rooted)
         while changed:
             changed = False
@@ -358,31 +362,92 @@ class _Function:
         names = {id(op): n for n, op in self.ops.items()}
         return bool(steps) and all(names[id(op)] in rooted for op in steps)
 
+    def _users(self) -> dict[str, list[str]]:
+        """For every value, the operations that take it as a value operand (a store: the
+        value it stores)."""
+        if self._user_map is None:
+            users: dict[str, list[str]] = {}
+            for name, op in self.ops.items():
+                operands = op.operands[:1] if op.opcode == "store" else op.values
+                for v in operands:
+                    users.setdefault(v, []).append(name)
+            self._user_map = users
+        return self._user_map
+
+    def _destinations(self, step: str, cls: str) -> frozenset | None:
+        """The buffers (roots) the chain through ``step`` is stored to, following its value
+        forward through value moves and later steps of its class; None when one of them
+        cannot be named or the value is never stored."""
+        users, roots, todo, seen = self._users(), set(), [step], set()
+        while todo:
+            v = todo.pop()
+            if v in seen:
+                continue
+            seen.add(v)
+            for u in users.get(v, ()):
+                op = self.ops[u]
+                if op.opcode == "store":
+                    roots |= {root for root, _ in self.where(op)}
+                elif op.opcode in _MOVES or self.classes.get(u) == cls:
+                    todo.append(u)
+        if not roots or _has_unknown(roots):
+            return None
+        return frozenset(roots)
+
+    def _phis_behind(self, names, carry) -> set[str]:
+        """The loop-carried accumulators (phis that carry a step's value) the operands of
+        ``names`` move."""
+        found, todo, seen = set(), [v for n in names for v in self.ops[n].values], set()
+        while todo:
+            v = todo.pop()
+            op = self.ops.get(v)
+            if v in seen or op is None or op.opcode not in _MOVES:
+                continue
+            seen.add(v)
+            if op.opcode == "phi" and v in carry:
+                found.add(v)
+            todo += op.values
+        return found
+
+    def _one_chain(self, group: list[str], carry) -> bool:
+        """One start, at most one loop-carried accumulator, and in every basic block the
+        group's steps each extending the one before."""
+        others = set(group)
+        starts = sum(not any(self._reaches(o, others) for o in self.ops[s].values) for s in group)
+        if starts > 1 or len(self._phis_behind(group, carry)) > 1:
+            return False
+        by_block: dict[int, list[str]] = {}
+        for step in group:
+            by_block.setdefault(self.ops[step].block, []).append(step)
+        for seq in by_block.values():
+            for before, step in zip(seq, seq[1:]):
+                if not any(self._reaches(o, before) for o in self.ops[step].values):
+                    return False
+        return True
+
     def one_at_a_time(self, cls: str) -> bool:
-        """Whether this function's class-``cls`` chain steps advance one accumulator at a
-        time in program order (see :class:`ChainFacts`): one chain start, at most one
-        loop-carried accumulator, and in every basic block the steps form one chain."""
+        """Whether every chain of class ``cls`` in this function advances one accumulator
+        at a time in program order (see :class:`ChainFacts`). Steps are grouped by the
+        buffers their chains are stored to (a reduction block writes its own output buffer;
+        two blocks' chains may interleave without either's outputs interleaving); each group
+        must have one chain start, at most one loop-carried accumulator, and in every basic
+        block its steps must each extend the one before. A chain whose buffer cannot be
+        named puts every step in one group."""
         names = {id(op): n for n, op in self.ops.items()}
         steps = [names[id(op)] for op in self.steps(cls)]
         if not steps:
             return False
         carry = self.carriers(cls)
-        phis = [n for n, op in self.ops.items() if op.opcode == "phi" and n in carry]
-        starts, others = 0, set(steps)
-        by_block: dict[int, list[str]] = {}
-        for step in steps:
-            op = self.ops[step]
-            operands = op.values
-            starts += not any(self._reaches(o, others) for o in operands)
-            by_block.setdefault(op.block, []).append(step)
-        if starts > 1 or len(phis) > 1:
-            return False
-        for seq in by_block.values():
-            for before, step in zip(seq, seq[1:]):
-                op = self.ops[step]
-                if not any(self._reaches(o, before) for o in op.values):
-                    return False
-        return True
+        dests = [self._destinations(s, cls) for s in steps]
+        if any(d is None for d in dests):
+            return self._one_chain(steps, carry)
+        groups: list[tuple[set, list[str]]] = []  # (roots, steps), merged where roots meet
+        for step, roots in zip(steps, dests):
+            joined = [g for g in groups if g[0] & roots]
+            merged = (set(roots).union(*(g[0] for g in joined)),
+                      [x for g in joined for x in g[1]] + [step])  # fmt: skip
+            groups = [g for g in groups if not g[0] & roots] + [merged]
+        return all(self._one_chain(sorted(g, key=steps.index), carry) for _, g in groups)
 
     def steps(self, cls: str) -> list[_Op]:
         """The possible chain steps of class ``cls`` in this function: its operations with an
