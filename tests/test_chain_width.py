@@ -302,3 +302,15 @@ def test_code_facts_round_trip_with_chain_widths():
     unread = chain_widths(features(K.softmax(8, 16).func, "llvm"), CodeFacts.from_dict(old))
     assert not any(chain.lanes or chain.single or chain.looped for chain in unread)
     assert np.isfinite(back.fp_lanes)
+
+
+def test_a_reader_failure_abstains_and_never_fails_the_build(monkeypatch, caplog):
+    import tvm_ext.facts.machine_code as mc
+
+    def broken(text):
+        raise IndexError("an IR construct the reader trips on")
+
+    monkeypatch.setattr(mc, "chain_facts", broken)
+    code = mc.read_module("\tvaddss\t%xmm1, %xmm2, %xmm3\n", MAX_AND_LAUNCH)
+    assert code.fp_lanes == 1 and code.chain_add_lanes == -1  # assembly facts kept
+    assert "chain facts not read (IndexError" in caplog.text
