@@ -227,6 +227,8 @@ class _Function:
         self._bases: dict[str, frozenset] | None = None
         self._carry: dict[str, set[str]] = {}
         self._user_map: dict[str, list[str]] | None = None
+        self._dest: dict[str, dict[str, set]] = {}
+        self._steps: dict[str, list[_Op]] = {}
 
     def _base_of(self, op: _Op, name: str, known: dict) -> frozenset:
         def of(operand: str) -> frozenset:
@@ -378,18 +380,23 @@ class _Function:
         """The buffers (roots) the chain through ``step`` is stored to, following its value
         forward through value moves and later steps of its class; None when one of them
         cannot be named or the value is never stored."""
-        users, roots, todo, seen = self._users(), set(), [step], set()
-        while todo:
-            v = todo.pop()
-            if v in seen:
-                continue
-            seen.add(v)
-            for u in users.get(v, ()):
-                op = self.ops[u]
-                if op.opcode == "store":
-                    roots |= {root for root, _ in self.where(op)}
-                elif op.opcode in _MOVES or self.classes.get(u) == cls:
-                    todo.append(u)
+        if cls not in self._dest:  # every value at once: a fixpoint, users before defs
+            users, dest = self._users(), {}
+            changed = True
+            while changed:
+                changed = False
+                for v in reversed(list(self.ops)):
+                    roots = set()
+                    for u in users.get(v, ()):
+                        op = self.ops[u]
+                        if op.opcode == "store":
+                            roots |= {root for root, _ in self.where(op)}
+                        elif op.opcode in _MOVES or self.classes.get(u) == cls:
+                            roots |= dest.get(u, set())
+                    if roots != dest.get(v, set()):
+                        dest[v], changed = roots, True
+            self._dest[cls] = dest
+        roots = self._dest[cls].get(step)
         if not roots or _has_unknown(roots):
             return None
         return frozenset(roots)
@@ -444,22 +451,25 @@ class _Function:
         groups: list[tuple[set, list[str]]] = []  # (roots, steps), merged where roots meet
         for step, roots in zip(steps, dests):
             joined = [g for g in groups if g[0] & roots]
+            if len(joined) == 1:  # the common case: extend it in place
+                joined[0][0].update(roots)
+                joined[0][1].append(step)
+                continue
             merged = (set(roots).union(*(g[0] for g in joined)),
                       [x for g in joined for x in g[1]] + [step])  # fmt: skip
             groups = [g for g in groups if not g[0] & roots] + [merged]
-        return all(self._one_chain(sorted(g, key=steps.index), carry) for _, g in groups)
+        position = {step: i for i, step in enumerate(steps)}
+        return all(self._one_chain(sorted(g, key=position.get), carry) for _, g in groups)
 
     def steps(self, cls: str) -> list[_Op]:
         """The possible chain steps of class ``cls`` in this function: its operations with an
         operand that may hold an earlier one's result."""
-        carry = self.carriers(cls)
-        out = []
-        for name, op in self.ops.items():
-            if self.classes.get(name) != cls:
-                continue
-            if any(o in carry for o in op.values):
-                out.append(op)
-        return out
+        if cls not in self._steps:
+            carry = self.carriers(cls)
+            self._steps[cls] = [op for name, op in self.ops.items()
+                                if self.classes.get(name) == cls
+                                and any(o in carry for o in op.values)]  # fmt: skip
+        return self._steps[cls]
 
 
 def functions(text: str) -> dict[str, "_Function"]:
