@@ -34,10 +34,14 @@ elements than the widest counted operation. ``reassociates`` is set when any suc
 allows reassociation (``reassoc``/``fast`` flags): then the chain's order is not fixed and
 nothing here applies.
 
-``single`` (per function and class): the class's chain steps have one start (a step none of
-whose operands moves another step's value), at most one loop-carried accumulator (``phi``),
-and in every basic block they form one chain, each extending the step before it. Then no two
-outputs' chains are interleaved in program order, nor can the backend interleave them: the
+``single`` (per function and class): the class's chain steps, grouped by the buffers their
+chains are stored to (a reduction block writes its own output; steps whose buffer cannot be
+named form one group with all the others), have per group one start (a step none of whose
+operands moves another step's value), at most one loop-carried accumulator (``phi``), and in
+every basic block one chain, each step extending the one before it. Then no two outputs of
+one block have their chains interleaved in program order (two blocks' chains may be: to
+either block's arm the other's steps are other instructions), nor can the backend interleave
+them: the
 x86 backend reorders instructions only within a basic block (its machine scheduler; it does
 not software-pipeline loops), and this IR is after every loop transformation (LLVM's default
 pipeline neither interchanges loops nor unrolls-and-jams them). A vector step carries its
