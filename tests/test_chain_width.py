@@ -172,7 +172,10 @@ entry:
 def test_one_accumulator_at_a_time():
     # One scalar accumulator around its loop; one straight chain through memory.
     assert functions(SCALAR_SUM)["__tvm_parallel_lambda"].one_at_a_time("add")
-    assert chain_facts(SCALAR_SUM).single == ()  # no serial code launches it: order unknown
+    facts = chain_facts(SCALAR_SUM)  # no serial code launches it: the order is unknown
+    assert facts.single == () and facts.regions == ()
+    # ... so the "serial" facts are the whole module's, and claim nothing about interleaving
+    assert facts.serial == (1, 0) and facts.serial_single == (False, False)
     assert chain_facts(STRAIGHT_THROUGH_MEMORY).serial_single == (True, False)
     # Two accumulators in one loop: their chains run side by side.
     assert chain_facts(TWO_ACCUMULATORS).serial_single == (False, False)
@@ -182,7 +185,8 @@ def test_one_accumulator_at_a_time():
     # Two accumulators stored to two buffers are two blocks' chains (a sum and a sum of
     # squares in one loop): each runs one accumulator at a time. Stored to one buffer, they
     # may be two outputs of one block side by side.
-    apart = TWO_ACCUMULATORS.replace("  ret i32 0", "  store float %n1, ptr %A, align 4\n  ret i32 0")
+    store_n1 = "  store float %n1, ptr %A, align 4\n  ret i32 0"
+    apart = TWO_ACCUMULATORS.replace("  ret i32 0", store_n1)
     assert chain_facts(apart).serial_single == (True, False)
     together = apart.replace("store float %n1, ptr %A", "store float %n1, ptr %C")
     assert chain_facts(together).serial_single == (False, False)

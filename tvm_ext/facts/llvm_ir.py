@@ -516,18 +516,22 @@ def chain_facts(text: str) -> ChainFacts:
     for name, fn in parsed.items():
         if name not in lambdas:
             order += [r for r in fn.refs if r in lambdas and r not in order]
-    serial = [w for n, w in widths.items() if n not in lambdas]
+    ordered = set(order) == lambdas
+    # Unordered bodies (not expected from TVM): any block may be in any of them, so the
+    # "serial" facts are the whole module's and nothing is claimed about interleaving.
+    serial = [w for n, w in widths.items() if n not in lambdas or not ordered]
+    none = (False, False)
     return ChainFacts(
         add_lanes=max((w[0] for w in widths.values()), default=0),
         max_lanes=max((w[1] for w in widths.values()), default=0),
         reassociates=reassoc,
         unfused=unfused,
-        regions=tuple(widths[n] for n in order) if set(order) == lambdas else (),
+        regions=tuple(widths[n] for n in order) if ordered else (),
         serial=(max((w[0] for w in serial), default=0), max((w[1] for w in serial), default=0)),
-        single=tuple(single[n] for n in order) if set(order) == lambdas else (),
-        serial_single=_serial_only(parsed, lambdas, single),
-        looped=tuple(looped[n] for n in order) if set(order) == lambdas else (),
-        serial_looped=_serial_only(parsed, lambdas, looped),
+        single=tuple(single[n] for n in order) if ordered else (),
+        serial_single=_serial_only(parsed, lambdas, single) if ordered else none,
+        looped=tuple(looped[n] for n in order) if ordered else (),
+        serial_looped=_serial_only(parsed, lambdas, looped) if ordered else none,
     )
 
 
