@@ -202,8 +202,9 @@ def _as_built(b, chain: BuiltChain):
 def chain_arms(policy, c: CandidateFeatures, code: CodeFacts,
                coefficients: Mapping[str, float]) -> dict[str, float]:  # fmt: skip
     """The policy's ``dependency`` arm recomputed with each block's chain as the built code
-    runs it (:func:`chain_widths`), named ``dependency@chain``, when it rose; empty when the
-    IR was not read, a chain step may be reassociated, or the code narrows nothing."""
+    runs it (:func:`chain_widths`), named ``dependency@chain`` (:func:`post_build_cost`
+    keeps it where it rose above stage 1's); empty when the IR was not read, a chain step may
+    be reassociated, or the code narrows nothing."""
     arms = getattr(policy, "arms", None)
     chains = chain_widths(c, code)
     if arms is None or not any(chain.lanes for chain in chains):
@@ -213,9 +214,8 @@ def chain_arms(policy, c: CandidateFeatures, code: CodeFacts,
     if code.chain_unfused and k.get("add_step"):
         # a multiply-add chain may step on a plain add: price its step as an add's
         k["chain_step"] = min(k.get("chain_step") or math.inf, k["add_step"])
-    before = arms(c, coefficients).get("dependency", 0.0)
-    after = arms(replace(c, blocks=blocks), k).get("dependency", 0.0)
-    return {"dependency@chain": after} if after > before else {}
+    after = arms(replace(c, blocks=blocks), k).get("dependency")
+    return {} if after is None else {"dependency@chain": after}
 
 
 def post_build_cost(
