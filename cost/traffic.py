@@ -123,7 +123,7 @@ def _run_offsets(buffer, indices, loops, start):
     if any(d is None for d in shape) or len(shape) != len(indices):
         return None
     inner = [lp.var for lp in body]
-    if not all(_affine(i, inner) for i in indices):
+    if not all(_affine(i, inner, run.var) for i in indices):
         return None
     strides = [math.prod(shape[d + 1 :]) for d in range(len(shape))]
     grid = [(lp.var, np.arange(lp.extent, dtype=np.int64).reshape(
@@ -159,19 +159,35 @@ def _only(expr, inner) -> bool:
     return False
 
 
-def _affine(expr, inner) -> bool:
-    """Whether every variable outside ``inner`` enters ``expr`` linearly."""
-    if isinstance(expr, (tirx.Var, tirx.IntImm)):
+def _mentions(expr, names) -> bool:
+    if isinstance(expr, tirx.Var):
+        return any(expr.same_as(v) for v in names)
+    if isinstance(expr, tirx.Cast):
+        return _mentions(expr.value, names)
+    if hasattr(expr, "a") and hasattr(expr, "b"):
+        return _mentions(expr.a, names) or _mentions(expr.b, names)
+    return False
+
+
+def _affine(expr, inner, run) -> bool:
+    """Whether ``expr`` is a sum of (multiples of) terms that each vary with the run: the
+    run's variable linearly, or only the body's variables (``inner``), or neither (a term of
+    the loops outside the run alone, however nonlinear: ``fused // 128 * 16``, constant
+    through a run). Then the offsets one run touches are those with the outer loops at 0,
+    moved by a constant: as many elements, and as many vector windows cover them."""
+    if not _mentions(expr, list(inner) + [run]):
+        return True
+    if isinstance(expr, tirx.Var):
         return True
     if isinstance(expr, tirx.Cast):
-        return _affine(expr.value, inner)
+        return _affine(expr.value, inner, run)
     if isinstance(expr, (tirx.Add, tirx.Sub)):
-        return _affine(expr.a, inner) and _affine(expr.b, inner)
+        return _affine(expr.a, inner, run) and _affine(expr.b, inner, run)
     if isinstance(expr, tirx.Mul):
         if isinstance(expr.a, tirx.IntImm):
-            return _affine(expr.b, inner)
+            return _affine(expr.b, inner, run)
         if isinstance(expr.b, tirx.IntImm):
-            return _affine(expr.a, inner)
+            return _affine(expr.a, inner, run)
     return _only(expr, inner)
 
 

@@ -160,6 +160,44 @@ def test_issue_arm_lets_registers_and_vectors_off(target, model):
     assert tiled.binding == "compute" and tiled.arms["issue"] < tiled.arms["compute"]
 
 
+def _tiled_transpose(n: int, fuse: bool):
+    """The transpose tiled 8 x 8 rows by 64 columns; ``fuse``: its two outer tile loops fused
+    into one, as MetaSchedule does (the indices then take ``fused // 8`` and ``fused % 8``)."""
+    sch = tvm_api.Schedule(_transpose(n))
+    i, j = sch.get_loops(sch.get_sblock("B"))
+    i0, i1, i2 = sch.split(i, [None, 8, 8])
+    j0, j1 = sch.split(j, [None, 64])
+    sch.reorder(i0, j0, i1, i2, j1)
+    if fuse:
+        sch.fuse(i0, j0)
+    return sch
+
+
+def test_issue_arm_reads_through_nonlinear_loops_outside_the_run(target, model):
+    """Binds the same: a loop outside the run (here the fused tile loop) enters the indices
+    through ``//`` and ``%``, but only as a term of its own, constant through each run: the
+    run's elements are the unfused schedule's, moved. Must not count: an index where ``//``
+    mixes the run's own variable with the body's (a fused-then-split loop), whose set of
+    elements may change shape from run to run."""
+    n = 512
+    plain, fused = (features(_tiled_transpose(n, f), target).blocks[0] for f in (False, True))
+    assert fused.mem_runs == plain.mem_runs == 64  # 8 x 8 tiles of the outer loops
+    assert fused.load_slots == plain.load_slots > 0
+    assert fused.store_bytes == plain.store_bytes > 0
+    cost = _bound(_tiled_transpose(n, True), target, model)
+    assert cost.arms["issue"] == pytest.approx(_bound(_tiled_transpose(n, False), target,
+                                                      model).arms["issue"])  # fmt: skip
+    sch = _tiled_transpose(n, True)
+    assert measure(sch, None, target, reference=_transpose(n), repeat=3).min_seconds >= (
+        cost.lower_bound_s
+    )
+    mixed = tvm_api.Schedule(_transpose(n))
+    i, j = mixed.get_loops(mixed.get_sblock("B"))
+    mixed.split(mixed.fuse(i, j), [None, 64])  # v_i = (f0 * 64 + f1) // 512
+    (block,) = features(mixed, target).blocks
+    assert block.load_slots == block.store_slots == 0
+
+
 def _register_tiled(w):
     sch = tvm_api.Schedule(w.func)
     i, j, k = sch.get_loops(sch.get_sblock("C"))
