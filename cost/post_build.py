@@ -57,6 +57,26 @@ operations. When a multiply-add chain may step on a plain ``fadd`` (the backend 
 it) the step is priced at an add's latency. A chain step that allows reassociation
 (fast-math flags) voids it.
 
+The chain steps' issue slots (``compute@chain``)
+-----------------------------------------------
+Each distinct instance of a reduction block of class ``add`` (``acc + x`` or ``acc + x * y``)
+is one step of its output's chain (a chain recomputed by a loop around it that the code shows
+stayed a loop runs its steps again each time, as for the dependency arm). Every such step is
+one of the possible chain steps the IR reader counts, and is carried out by its own machine
+instruction (no x86 instruction does two dependent adds; merging two steps into one would
+reassociate, which voids the facts), of at most the step width ``w`` the reader found for the
+block's class in the block's parallel body. So the block issues at least ``steps / w``
+instructions, each taking a floating-point pipe's issue slot (at most ``FP_PIPES`` a cycle on
+a core); when every add-class step of the module is an ``llvm.fmuladd``/``llvm.fma``
+(``chain_unfused`` false) on a CPU the tables name (all have FMA3, so the backend selects each
+as one FMA) they need the FMA pipes (at most ``fma_lanes_per_cycle(cpu, w)`` fp32 lanes a
+cycle; other dtypes at most ``FMA_PIPES`` instructions). The busiest core takes a block's
+share ``1 / cores_used``; the blocks' slots on one kind of pipe add up; the clock is the
+fastest boost. This arm counts the chains' own instructions, so calls elsewhere in the module
+(``expf``) do not void it: it bounds the candidate whose arithmetic the code runs narrower in
+the reduction than elsewhere (a vector write-back around a scalar multiply-add, say), where
+``machine_code.compute`` must take the module's widest instruction.
+
 The policy's arms at the code's width
 -------------------------------------
 Under the same premises no instruction of the candidate does arithmetic on more than ``W``
@@ -78,7 +98,7 @@ from types import MappingProxyType
 from typing import Mapping, NamedTuple
 
 from tvm_ext.base.errors import PolicyError
-from tvm_ext.facts.isa import FMA_PIPES, FP_PIPES, fma_lanes_per_cycle, max_boost_hz
+from tvm_ext.facts.isa import FMA_PIPES, FP_PIPES, MAX_BOOST_GHZ, fma_lanes_per_cycle, max_boost_hz
 from tvm_ext.facts.machine_code import CodeFacts
 
 from .features import CandidateFeatures
@@ -199,6 +219,28 @@ def _as_built(b, chain: BuiltChain):
     return b
 
 
+def chain_step_arm(c: CandidateFeatures, code: CodeFacts, cpu: str) -> float | None:
+    """Seconds the reduction chains' own instructions take to issue (``compute@chain`` in
+    the module docstring), or None when no add-class chain's width is known."""
+    fused = cpu in MAX_BOOST_GHZ and not code.chain_unfused
+    fma_cycles = fp_cycles = 0.0
+    for b, chain in zip(c.blocks, chain_widths(c, code)):
+        if chain.lanes < 1 or b.chain_op not in ("add", "fma") or b.reduction_length <= 1:
+            continue
+        if b.tensorized or b.dtype not in FLOAT_DTYPES:
+            continue
+        repeats = _as_built(b, chain).chain_repeats
+        steps = min(b.instances, b.unique_instances * repeats) / b.cores_used
+        instructions = steps / chain.lanes
+        fp_cycles += instructions / FP_PIPES
+        if fused and b.chain_op == "fma":
+            per_cycle = (fma_lanes_per_cycle(cpu, chain.lanes) / chain.lanes
+                         if b.dtype == "float32" else FMA_PIPES)  # fmt: skip
+            fma_cycles += instructions / per_cycle
+    cycles = max(fma_cycles, fp_cycles)
+    return cycles / max_boost_hz(cpu) if cycles > 0 else None
+
+
 def chain_arms(policy, c: CandidateFeatures, code: CodeFacts,
                coefficients: Mapping[str, float]) -> dict[str, float]:  # fmt: skip
     """The policy's ``dependency`` arm recomputed with each block's chain as the built code
@@ -235,6 +277,9 @@ def post_build_cost(
     arm = machine_code_arm(c, code, cpu)
     if arm is not None:
         new[ARM] = arm
+    steps = chain_step_arm(c, code, cpu)
+    if steps is not None and steps > stage1.arms.get("compute", 0.0):
+        new["compute@chain"] = steps
     if policy is not None and coefficients is not None:
         narrowed = capped_arms(policy, c, code, coefficients)
         narrowed |= chain_arms(policy, c, code, coefficients)

@@ -128,6 +128,61 @@ def test_stage_2_is_above_stage_1_and_below_the_measured_time(host, machine):
             assert stage2.arms[ARM] == pytest.approx(W.flops / ceiling)
 
 
+def _scalar_matmul_vector_bias(vector_update: bool):
+    """``D = A @ B + bias``, each block's rows over the cores (two parallel bodies): the
+    multiply-adds with k innermost (a scalar chain LLVM may not vectorize), the bias add
+    explicitly 16 lanes wide; ``vector_update``: the multiply-adds vectorized over 16 columns
+    too."""
+    te = tvm_api.te
+    m, n, k = 128, 128, 64
+    a = te.placeholder((m, k), "float32", name="A")
+    b = te.placeholder((k, n), "float32", name="B")
+    bias = te.placeholder((n,), "float32", name="bias")
+    r = te.reduce_axis((0, k), name="k")
+    c = te.compute((m, n), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="C")
+    d = te.compute((m, n), lambda i, j: c[i, j] + bias[j], name="D")
+    sch = tvm_api.Schedule(te.create_prim_func([a, b, bias, d]))
+    i, j = sch.get_loops(sch.get_sblock("D"))
+    sch.parallel(i)
+    sch.vectorize(sch.split(j, [None, 16])[1])
+    i, j, kk = sch.get_loops(sch.get_sblock("C"))
+    sch.parallel(i)
+    if vector_update:
+        j0, j1 = sch.split(j, [None, 16])
+        sch.reorder(i, j0, kk, j1)
+        sch.vectorize(j1)
+    return sch, m * n * k
+
+
+def test_the_chain_steps_issue_slots_bound_a_scalar_reduction_beside_wider_code(host, machine):
+    """Binds (``compute@chain``): the module's widest arithmetic is the 16-lane bias add, so
+    ``machine_code.compute`` must allow 16 lanes; the IR of the multiply-adds' own parallel
+    body shows their chain stepping one lane at a time, each step its own FMA: ``m n k`` FMAs
+    shared by the cores, at most ``FMA_PIPES`` a cycle each (all on FP pipes where the CPU is
+    not in the tables). Must not add anything: the same multiply-adds vectorized over 16
+    columns, where stage 1 already priced their width."""
+    from tvm_ext.cost.post_build import chain_step_arm
+    from tvm_ext.facts.isa import FMA_PIPES, FP_PIPES, MAX_BOOST_GHZ, max_boost_hz
+
+    policy = RooflinePolicy()
+    sch, updates = _scalar_matmul_vector_bias(False)
+    stage1, stage2, code = evaluate_built(policy, sch, host, machine=machine)
+    assert code.fp_lanes == min(16, lanes_for(host, 32)) and code.chain_regions[0][0] == 1
+    per_cycle = FMA_PIPES if machine.cpu in MAX_BOOST_GHZ else FP_PIPES
+    cores = features(sch, host).blocks[0].cores_used  # the multiply-adds' (C's init: same)
+    expected = updates / cores / per_cycle / max_boost_hz(machine.cpu)
+    assert stage2.arms["compute@chain"] == pytest.approx(expected)
+    assert stage2.binding == "compute@chain" and stage2.lower_bound_s > stage1.lower_bound_s
+    seconds = measure(sch, None, host, reference=sch.mod["main"], repeat=3).min_seconds
+    assert seconds >= stage2.lower_bound_s, (seconds, stage2)
+    wide, _ = _scalar_matmul_vector_bias(True)
+    stage1, stage2, code = evaluate_built(policy, wide, host, machine=machine)
+    assert code.chain_add_lanes == min(16, lanes_for(host, 32))
+    arm = chain_step_arm(features(wide, host), code, machine.cpu)
+    assert arm <= stage1.arms["compute"]  # which counts the multiply-adds at this width
+    assert "compute@chain" not in stage2.arms
+
+
 # --- the cut between build and run ----------------------------------------------------------
 
 

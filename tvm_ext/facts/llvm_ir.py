@@ -52,9 +52,12 @@ loop by a ``phi``: the reduction stayed a loop. LLVM's loop-invariant code motio
 instructions out of a loop, never a loop: such a chain, recomputed inside a loop around it,
 runs again each time.
 
-``unfused``: some possible chain step of class ``add`` is a plain ``fadd``/``fsub``; the
-x86 backend may still fuse it with a multiply (an FMA), or not: a multiply-add chain's step
-may then take only an add's latency.
+``unfused``: some possible chain step of class ``add`` is a plain ``fadd``/``fsub`` or an
+ordered ``llvm.vector.reduce.fadd`` (which the backend expands into plain adds); the x86
+backend may still fuse a plain add with a multiply (an FMA), or not: a multiply-add chain's
+step may then take only an add's latency, and run on any floating-point pipe. Without it,
+every add-class step is an ``llvm.fmuladd``/``llvm.fma``, which the x86 backend of a CPU with
+FMA3 selects as one FMA instruction.
 """
 
 from __future__ import annotations
@@ -507,7 +510,8 @@ def chain_facts(text: str) -> ChainFacts:
             steps = fn.steps(cls)
             lanes.append(max((_step_lanes(op) for op in steps), default=0))
             for op in steps:
-                unfused |= cls == "add" and op.opcode in ("fadd", "fsub")
+                plain = op.opcode in ("fadd", "fsub") or "reduce.fadd" in op.text
+                unfused |= cls == "add" and plain
                 words = op.text.split()
                 reassoc |= "reassoc" in words or "fast" in words
         widths[name] = (lanes[0], lanes[1])
