@@ -43,7 +43,10 @@ from tvm_ext.records.logs import (
 
 from .features import STORE_SUMMARY
 
-FEATURE_VERSION = 4  # 2: the roofline of issue 16 (ISA ceilings, issue arm, chain from segments); 3: a chain inside the unroll reach is not charged its repeats; 4: nor is an issue run
+# 2: the roofline of issue 16 (ISA ceilings, issue arm, chain from segments); 3: a chain inside
+# the unroll reach is not charged its repeats; 4: nor is an issue run; 5: the issue arm reads
+# through fused loops outside its run.
+FEATURE_VERSION = 5
 ROOFLINE_ARMS = ("compute", "memory.llc", "memory.dram", "dependency", "issue")
 ID_COLUMNS = (
     "workload",

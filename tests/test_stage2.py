@@ -162,6 +162,7 @@ def test_the_chain_steps_issue_slots_bound_a_scalar_reduction_beside_wider_code(
     not in the tables). Must not add anything: the same multiply-adds vectorized over 16
     columns, where stage 1 already priced their width."""
     from tvm_ext.cost.post_build import chain_step_arm
+
     from tvm_ext.facts.isa import FMA_PIPES, FP_PIPES, MAX_BOOST_GHZ, max_boost_hz
 
     policy = RooflinePolicy()

@@ -8,8 +8,9 @@ once and builds every batch in them; a worker whose build hangs is killed and re
 With a stage-2 cut attached (:meth:`PersistentBuilder.attach`, a
 :class:`~tvm_ext.search.pruning.PostBuildCut`) each worker also reads the machine code of
 the module it built (:func:`~tvm_ext.facts.machine_code.read_module`, from LLVM's
-assembly and optimized IR of the same module, before the artifact is exported); the cut then decides which
-candidates are worth running, and a withheld one is returned as a build without an artifact.
+assembly and optimized IR of the same module, before the artifact is exported); the cut
+then decides which candidates are worth running, and a withheld one is returned as a build
+without an artifact.
 """
 
 from __future__ import annotations
