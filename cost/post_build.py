@@ -219,12 +219,15 @@ def _as_built(b, chain: BuiltChain):
     return b
 
 
-def chain_step_arm(c: CandidateFeatures, code: CodeFacts, cpu: str) -> float | None:
+def chain_step_arm(c: CandidateFeatures, code: CodeFacts, cpu: str,
+                   chains: list[BuiltChain] | None = None) -> float | None:  # fmt: skip
     """Seconds the reduction chains' own instructions take to issue (``compute@chain`` in
-    the module docstring), or None when no add-class chain's width is known."""
+    the module docstring), or None when no add-class chain's width is known. ``chains``: the
+    blocks' :func:`chain_widths`, when already read (of the whole candidate)."""
     fused = cpu in MAX_BOOST_GHZ and not code.chain_unfused
     fma_cycles = fp_cycles = 0.0
-    for b, chain in zip(c.blocks, chain_widths(c, code)):
+    chains = chain_widths(c, code) if chains is None else chains
+    for b, chain in zip(c.blocks, chains):
         if chain.lanes < 1 or b.chain_op not in ("add", "fma") or b.reduction_length <= 1:
             continue
         if b.tensorized or b.dtype not in FLOAT_DTYPES:
@@ -241,14 +244,15 @@ def chain_step_arm(c: CandidateFeatures, code: CodeFacts, cpu: str) -> float | N
     return cycles / max_boost_hz(cpu) if cycles > 0 else None
 
 
-def chain_arms(policy, c: CandidateFeatures, code: CodeFacts,
-               coefficients: Mapping[str, float]) -> dict[str, float]:  # fmt: skip
+def chain_arms(policy, c: CandidateFeatures, code: CodeFacts, coefficients: Mapping[str, float],
+               chains: list[BuiltChain] | None = None) -> dict[str, float]:  # fmt: skip
     """The policy's ``dependency`` arm recomputed with each block's chain as the built code
-    runs it (:func:`chain_widths`), named ``dependency@chain`` (:func:`post_build_cost`
-    keeps it where it rose above stage 1's); empty when the IR was not read, a chain step may
-    be reassociated, or the code narrows nothing."""
+    runs it (:func:`chain_widths`, or ``chains`` when already read), named
+    ``dependency@chain`` (:func:`post_build_cost` keeps it where it rose above stage 1's);
+    empty when the IR was not read, a chain step may be reassociated, or the code narrows
+    nothing."""
     arms = getattr(policy, "arms", None)
-    chains = chain_widths(c, code)
+    chains = chain_widths(c, code) if chains is None else chains
     if arms is None or not any(chain.lanes for chain in chains):
         return {}
     blocks = tuple(_as_built(b, chain) for b, chain in zip(c.blocks, chains))
@@ -258,6 +262,40 @@ def chain_arms(policy, c: CandidateFeatures, code: CodeFacts,
         k["chain_step"] = min(k.get("chain_step") or math.inf, k["add_step"])
     after = arms(replace(c, blocks=blocks), k).get("dependency")
     return {} if after is None else {"dependency@chain": after}
+
+
+_PER_BLOCK = ("compute", "issue", "dependency", ARM)  # arms that bound a set of blocks alone
+
+
+def phases_arm(policy, c: CandidateFeatures, code: CodeFacts, cpu: str,
+               coefficients: Mapping[str, float]) -> float | None:  # fmt: skip
+    """The policy's ``phases`` arm with each phase's stage-2 arms beside its stage-1 arms: the
+    sum over phases (parallel bodies; the serial code) of the largest arm of that phase's
+    blocks alone (see ``phases`` in :mod:`tvm_ext.cost.roofline`: the phases take disjoint
+    stretches of time). Each stage-2 arm here is a sum or a maximum over blocks, so it bounds
+    any set of blocks by their own work; None with fewer than two phases."""
+    phase_arms = getattr(policy, "phase_arms", None)
+    if phase_arms is None:
+        return None
+    stage1 = phase_arms(c, coefficients)
+    if len(stage1) < 2:
+        return None
+    chains = chain_widths(c, code)
+    total = 0.0
+    for region, arms in stage1.items():
+        index = [i for i, b in enumerate(c.blocks) if b.region == region]
+        sub = replace(c, blocks=tuple(c.blocks[i] for i in index))
+        own = [chains[i] for i in index]
+        best = max(arms.values(), default=0.0)
+        if all(b.unique_flops is not None for b in sub.blocks):
+            best = max(best, machine_code_arm(sub, code, cpu) or 0.0)
+            capped = capped_arms(policy, sub, code, coefficients)
+            best = max([best] + [t for name, t in capped.items()
+                                 if name.split("@")[0] in _PER_BLOCK])  # fmt: skip
+        best = max(best, chain_step_arm(sub, code, cpu, own) or 0.0)
+        best = max([best] + list(chain_arms(policy, sub, code, coefficients, own).values()))
+        total += best
+    return total
 
 
 def post_build_cost(
@@ -283,6 +321,9 @@ def post_build_cost(
     if policy is not None and coefficients is not None:
         narrowed = capped_arms(policy, c, code, coefficients)
         narrowed |= chain_arms(policy, c, code, coefficients)
+        phases = phases_arm(policy, c, code, cpu, coefficients)
+        if phases is not None:
+            narrowed["phases@code"] = phases
         for name, value in narrowed.items():
             if value > stage1.arms.get(name.split("@")[0], 0.0):
                 new[name] = value

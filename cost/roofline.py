@@ -29,6 +29,15 @@ a busy host cannot make them read low. Only the memory arms rest on probes (see 
   is that only the bytes that cannot stay in the caches are charged (a warm-cache run keeps
   the rest), the probe is the best of several streaming kernels, and the slack (1.25).
 - ``dependency``: see :meth:`RooflinePolicy._chain`.
+- ``phases``: with blocks in more than one phase (each outermost parallel loop is a parallel
+  body TVM launches on its own; the code outside them is one more), the sum over phases of
+  the largest of the ``compute``, ``issue`` and ``dependency`` arms of that phase's blocks
+  alone (:meth:`RooflinePolicy.phase_arms`). TVM's CPU runtime runs a parallel body to its
+  end before the launch returns (``TVMBackendParallelLaunch`` joins every task), and the
+  bodies are separate functions that LLVM cannot move code between; so the phases take
+  disjoint stretches of time, each at least its own arms (each of these arms bounds a set of
+  blocks by their own work: a sum or a maximum over them), and the run at least their sum.
+  The memory arms count the whole candidate's compulsory bytes and stay outside.
 
 ``score_s`` ranks with expected rather than optimistic facts (the lanes the schedule asked
 for; LLVM's own 8-lane vectors otherwise).
@@ -37,6 +46,7 @@ for; LLVM's own 8-lane vectors otherwise).
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Mapping, Sequence
 
@@ -140,7 +150,33 @@ class RooflinePolicy(ExecutionCostPolicy):
         chain = self._chain(c, k)
         if chain is not None:
             arms["dependency"] = chain
+        phases = self.phase_arms(c, k)
+        if len(phases) > 1:
+            arms["phases"] = sum(max(a.values(), default=0.0) for a in phases.values())
         return arms
+
+    def phase_arms(self, c: CandidateFeatures, k: Mapping[str, float]) -> dict[int, dict]:
+        """Per phase (``BlockFacts.region``; -1: the code outside every parallel body), the
+        ``compute``, ``issue`` and ``dependency`` arms of its blocks alone (compute only where
+        each of them was counted: the whole-candidate fallback is not a phase's)."""
+        groups: dict[int, list] = {}
+        for b in c.blocks:
+            groups.setdefault(b.region, []).append(b)
+        out = {}
+        for region, blocks in groups.items():
+            sub = replace(c, blocks=tuple(blocks))
+            arms: dict[str, float] = {}
+            counted = all(b.unique_flops is not None for b in blocks)
+            if counted and k["lane_flop"] > 0 and k.get("flop_cycle_s", 0) > 0:
+                arms["compute"] = self._compute(sub, k, optimistic=True)
+            issue = self._issue(sub, k)
+            if issue:
+                arms["issue"] = issue
+            chain = self._chain(sub, k)
+            if chain is not None:
+                arms["dependency"] = chain
+            out[region] = arms
+        return out
 
     @staticmethod
     def _lane_rate(lanes: float, k: Mapping[str, float]) -> float:
@@ -244,6 +280,14 @@ class RooflinePolicy(ExecutionCostPolicy):
         ``S`` latencies over at most ``W + 2 G`` steps, so the run takes at least
         ``S * floor(M / (W + 2 G))`` latencies. Instructions other than the steps only
         shorten what the window holds, so counting steps alone is optimistic.
+
+        Segments longer than the window, one output at a time (``R = 1``, no copies side by
+        side): the segments follow one another in program order, so the step ``S - W`` of a
+        segment lies at least ``W`` instructions before the next segment's first step (the
+        ``W`` later steps of its own segment are between them) and had finished before that
+        step began. Walking back from each segment's first step to that step and along its
+        own segment gains ``S - W`` latencies per segment: at least
+        ``floor(M / S) * (S - W)`` latencies in all.
         """
         worst = None
         window = k.get("reorder_window") or isa.MAX_REORDER_WINDOW
@@ -268,6 +312,10 @@ class RooflinePolicy(ExecutionCostPolicy):
             group = max(lockstep, 1) * max(group, b.body_instances)
             hops = math.floor(steps / (window + 2 * group))
             t = step * max(b.reduction_length, b.segment_length * hops)
+            if b.independent_outputs == 1 and lockstep <= 1 and b.segment_length > window:
+                # one segment after another: each overlaps the next by at most W steps
+                t = max(t, step * math.floor(steps / b.segment_length)
+                        * (b.segment_length - window))  # fmt: skip
             worst = t if worst is None else max(worst, t)
         return worst
 
@@ -302,7 +350,7 @@ class RooflinePolicy(ExecutionCostPolicy):
         arms = self.arms(candidate, coefficients)
         bound = max(arms.values()) if arms else None
         binding = max(arms, key=arms.get) if arms else "none"
-        expected = dict(arms)
+        expected = {name: t for name, t in arms.items() if name != "phases"}
         if "compute" in arms:
             expected["compute"] = self._compute(candidate, coefficients, optimistic=False)
         if candidate.flops is not None and not expected:

@@ -288,8 +288,10 @@ def _row_sum_scaled(m: int, n: int, k: int):
 
 def test_chain_arm_runs_recomputed_chains_again(target, model):
     """Binds: a row sum (a chain of 2048 dependent adds, beyond the unroll reach, so no two
-    rows' chains run side by side) recomputed for each of 64 outputs runs 64 times. Must not:
-    computed once per row, its chains are 64 times fewer."""
+    rows' chains run side by side) recomputed for each of 64 outputs runs 64 times; each
+    chain, longer than the reorder window, overlaps the next by at most ``W`` steps (the
+    one-segment-at-a-time walk, above the hop walk here). Must not: computed once per row,
+    its chains are 64 times fewer."""
     func, sch = _row_sum_scaled(8, 64, 2048)
     (sum_block,) = [b for b in features(sch, target).blocks if b.name == "S"]
     assert sum_block.chain_op == "add" and sum_block.chain_repeats == 64
@@ -298,11 +300,50 @@ def test_chain_arm_runs_recomputed_chains_again(target, model):
     assert cost.binding == "dependency"
     k = validated_coefficients(RooflinePolicy(), model)
     steps = 8 * 64 * 2048 / sum_block.cores_used / sum_block.lanes_bound
-    hops = math.floor(steps / (k["reorder_window"] + 2 * 2048))
-    assert cost.arms["dependency"] == pytest.approx(k["add_step"] * 2048 * hops)
+    window = k["reorder_window"]
+    hops = math.floor(steps / (window + 2 * 2048))
+    walk = math.floor(steps / 2048) * (2048 - window)
+    assert walk > 2048 * hops
+    assert cost.arms["dependency"] == pytest.approx(k["add_step"] * walk)
     once = _bound(func, target, model)
     assert once.arms["dependency"] <= cost.arms["dependency"] / 8
     assert measure(sch, None, target, reference=func, repeat=3).min_seconds >= cost.lower_bound_s
+
+
+def _sum_then_scale(one_body: bool):
+    """``B = A / rowsum(A)`` over 8 rows of 4096, rows split over the cores: the row sums in
+    their own parallel body, then the division in another; ``one_body``: the sum computed
+    inside the division's row loop, one parallel body for both."""
+    func, _ = _row_sum_scaled(8, 4096, 4096)
+    sch = tvm_api.Schedule(func)
+    if one_body:
+        sch.compute_at(sch.get_sblock("S"), sch.get_loops(sch.get_sblock("B"))[0])
+    else:
+        sch.parallel(sch.get_loops(sch.get_sblock("S"))[0])
+    sch.parallel(sch.get_loops(sch.get_sblock("B"))[0])
+    return func, sch
+
+
+def test_phases_add_the_arms_of_parallel_bodies_run_one_after_the_other(target, model):
+    """Binds: the row sums (a chain per row) run to their end before the division starts
+    (TVM joins every task of a parallel body before the launch returns), so the bound is the
+    chain arm of the first body plus the largest arm of the second. Must not: in one parallel
+    body the two blocks' work may overlap, and no ``phases`` arm is claimed."""
+    policy = RooflinePolicy()
+    k = validated_coefficients(policy, model)
+    func, sch = _sum_then_scale(False)
+    feats = features(sch, target)
+    assert sorted(b.region for b in feats.blocks if b.name in ("S", "B")) == [0, 1]
+    phases = policy.phase_arms(feats, k)
+    assert set(phases) >= {0, 1} and "dependency" in phases[0]
+    cost = _bound(sch, target, model)
+    assert cost.binding == "phases"
+    assert cost.arms["phases"] == pytest.approx(sum(max(a.values()) for a in phases.values()))
+    assert cost.arms["phases"] > max(v for name, v in cost.arms.items() if name != "phases")
+    assert measure(sch, None, target, reference=func, repeat=3).min_seconds >= cost.lower_bound_s
+    _, fused = _sum_then_scale(True)
+    assert {b.region for b in features(fused, target).blocks} == {0}
+    assert "phases" not in _bound(fused, target, model).arms
 
 
 def test_a_short_recomputed_chain_may_run_once(target, model):

@@ -173,7 +173,10 @@ def test_the_chain_steps_issue_slots_bound_a_scalar_reduction_beside_wider_code(
     cores = features(sch, host).blocks[0].cores_used  # the multiply-adds' (C's init: same)
     expected = updates / cores / per_cycle / max_boost_hz(machine.cpu)
     assert stage2.arms["compute@chain"] == pytest.approx(expected)
-    assert stage2.binding == "compute@chain" and stage2.lower_bound_s > stage1.lower_bound_s
+    # The largest arm but the phases' sum (the bias add's own parallel body adds its time).
+    top = max((a for a in stage2.arms if not a.startswith("phases")), key=stage2.arms.get)
+    assert top == "compute@chain" and stage2.lower_bound_s > stage1.lower_bound_s
+    assert stage2.lower_bound_s >= stage2.arms["compute@chain"]
     seconds = measure(sch, None, host, reference=sch.mod["main"], repeat=3).min_seconds
     assert seconds >= stage2.lower_bound_s, (seconds, stage2)
     wide, _ = _scalar_matmul_vector_bias(True)
