@@ -45,8 +45,8 @@ from .features import STORE_SUMMARY
 
 # 2: the roofline of issue 16 (ISA ceilings, issue arm, chain from segments); 3: a chain inside
 # the unroll reach is not charged its repeats; 4: nor is an issue run; 5: the issue arm reads
-# through fused loops outside its run.
-FEATURE_VERSION = 5
+# through fused loops outside its run; 6: the phases arm, and long segments walked one by one.
+FEATURE_VERSION = 6
 ROOFLINE_ARMS = ("compute", "memory.llc", "memory.dram", "dependency", "issue")
 ID_COLUMNS = (
     "workload",
