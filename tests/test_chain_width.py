@@ -56,6 +56,25 @@ def test_a_register_chain_counts_its_own_width_not_the_widest_operation():
     assert chain_facts(SCALAR_SUM.replace("fadd float", "fadd reassoc float")).reassociates
 
 
+def test_closure_fields_are_told_apart_and_chains_named_by_their_buffer():
+    """TVM passes a parallel body its buffers in a closure struct: ``getelementptr i8, ptr
+    %0, i64 8`` and so on. Fields at different offsets are different buffers: the wide
+    normalize step reading another field (offset 24) carries no chain (it did when the offsets
+    were not read: every field but the first aliased every other). The chain is named by the
+    buffer it is stored to (the closure load's name); one never stored counts under "?"."""
+    other = SCALAR_SUM.replace(
+        "%v = load <16 x float>, ptr %X, align 64",
+        "%wf = getelementptr inbounds nuw i8, ptr %0, i64 24\n  %W = load ptr, ptr %wf, align 8"
+        "\n  %v = load <16 x float>, ptr %W, align 64",
+    )
+    facts = chain_facts(other)
+    assert facts.add_lanes == 1
+    # (no launch order here: the body's facts are the module's "serial" ones)
+    assert facts.serial_buffers == (("Y", 1, 0),)
+    kept = other.replace("store float %next, ptr %Y, align 4", "%use = fmul float %next, %next")
+    assert chain_facts(kept).serial_buffers == (("?", 1, 0),)
+
+
 MEMORY_CHAIN = """\
 define internal fastcc i32 @main_compute_(ptr noalias align 64 %A, ptr noalias align 64 %C) {
 entry:

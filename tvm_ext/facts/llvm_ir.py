@@ -102,6 +102,10 @@ class ChainFacts:
     # code that LICM could hoist out of a loop around it).
     looped: tuple[tuple[bool, bool], ...] = ()
     serial_looped: tuple[bool, bool] = (False, False)
+    # Per parallel body (same order) and for the serial code: ``(buffer, add, max)`` widths of
+    # the steps by the buffer their chain is stored to (``_Function.widths_by_buffer``).
+    buffers: tuple[tuple[tuple[str, int, int], ...], ...] = ()
+    serial_buffers: tuple[tuple[str, int, int], ...] = ()
 
 
 @dataclass
@@ -138,7 +142,7 @@ def _operands(opcode: str, rest: str) -> list[str]:
 _BYTES = {"i8": 1, "i16": 2, "i32": 4, "i64": 8, "ptr": 8, "half": 2, "bfloat": 2,
           "float": 4, "double": 8}  # fmt: skip
 _GEP = re.compile(
-    r"^getelementptr(?:\s+(?:inbounds|nuw|nusw|inrange\(\S+\)))*\s+(.+?),\s*ptr\s+(\S+)\s*(.*)$"
+    r"^getelementptr(?:\s+(?:inbounds|nuw|nusw|inrange\(\S+\)))*\s+(.+?),\s*ptr\s+([^\s,]+)\s*,?\s*(.*)$"
 )
 _VEC_TYPE = re.compile(r"^<(\d+)\s+x\s+(\w+)>$")
 
@@ -236,6 +240,7 @@ class _Function:
         self._user_map: dict[str, list[str]] | None = None
         self._dest: dict[str, dict[str, set]] = {}
         self._steps: dict[str, list[_Op]] = {}
+        self._loaded: dict | None = None
 
     def _base_of(self, op: _Op, name: str, known: dict) -> frozenset:
         def of(operand: str) -> frozenset:
@@ -468,6 +473,40 @@ class _Function:
         position = {step: i for i, step in enumerate(steps)}
         return all(self._one_chain(sorted(g, key=position.get), carry) for _, g in groups)
 
+    def _root_name(self, root) -> str:
+        """The buffer a root is, by the name TVM gave its pointer (a parameter, an
+        allocation's result, or every load of a pointer from the same place: TVM names the
+        buffers a parallel body reads from its closure); ``"?"`` when it has no single name."""
+        if isinstance(root, tuple) and root and root[0] == "*":
+            if self._loaded is None:  # every pointer load's name, by where it reads from
+                self._loaded = {}
+                for n, op in self.ops.items():
+                    if op.opcode == "load":
+                        for r, _ in self.bases().get(n, ()):
+                            self._loaded.setdefault(r, set()).add(n)
+            names = self._loaded.get(root, set())
+        elif isinstance(root, str) and root != "?":
+            names = {root}
+        else:
+            names = set()
+        if len(names) != 1:
+            return "?"
+        name = next(iter(names)).lstrip("%").strip('"')
+        return name if name and not name.isdigit() else "?"
+
+    def widths_by_buffer(self, cls: str) -> dict[str, int]:
+        """The widest possible chain step of class ``cls`` per buffer its chain is stored to
+        (``_destinations``), by name; a step whose buffers cannot all be named counts under
+        ``"?"`` (it may be any block's)."""
+        names = {id(op): n for n, op in self.ops.items()}
+        out: dict[str, int] = {}
+        for op in self.steps(cls):
+            roots = self._destinations(names[id(op)], cls)
+            keys = {"?"} if roots is None else {self._root_name(r) for r in roots}
+            for key in keys:
+                out[key] = max(out.get(key, 0), _step_lanes(op))
+        return out
+
     def steps(self, cls: str) -> list[_Op]:
         """The possible chain steps of class ``cls`` in this function: its operations with an
         operand that may hold an earlier one's result."""
@@ -525,6 +564,8 @@ def chain_facts(text: str) -> ChainFacts:
     # "serial" facts are the whole module's and nothing is claimed about interleaving.
     serial = [w for n, w in widths.items() if n not in lambdas or not ordered]
     none = (False, False)
+    by_buffer = {n: _by_buffer([fn]) for n, fn in parsed.items()}
+    serial_fns = [fn for n, fn in parsed.items() if n not in lambdas or not ordered]
     return ChainFacts(
         add_lanes=max((w[0] for w in widths.values()), default=0),
         max_lanes=max((w[1] for w in widths.values()), default=0),
@@ -536,7 +577,21 @@ def chain_facts(text: str) -> ChainFacts:
         serial_single=_serial_only(parsed, lambdas, single) if ordered else none,
         looped=tuple(looped[n] for n in order) if ordered else (),
         serial_looped=_serial_only(parsed, lambdas, looped) if ordered else none,
+        buffers=tuple(by_buffer[n] for n in order) if ordered else (),
+        serial_buffers=_by_buffer(serial_fns),
     )
+
+
+def _by_buffer(fns) -> tuple[tuple[str, int, int], ...]:
+    """``(buffer, add, max)`` widths of the steps of these functions by buffer (see
+    ``_Function.widths_by_buffer``), sorted by name."""
+    add: dict[str, int] = {}
+    mx: dict[str, int] = {}
+    for fn in fns:
+        for table, cls in ((add, "add"), (mx, "max")):
+            for name, lanes in fn.widths_by_buffer(cls).items():
+                table[name] = max(table.get(name, 0), lanes)
+    return tuple((n, add.get(n, 0), mx.get(n, 0)) for n in sorted(set(add) | set(mx)))
 
 
 def _serial_only(parsed, lambdas, facts) -> tuple[bool, bool]:

@@ -101,6 +101,8 @@ class CodeFacts:
     chain_serial_single: tuple = (False, False)  # the same for the serial code
     chain_looped: tuple = ()  # (add, max): the chains stayed loops, per body
     chain_serial_looped: tuple = (False, False)  # the same for the serial code
+    chain_buffers: tuple = ()  # per body: ((buffer, add, max), ...) by the chain's buffer
+    chain_serial_buffers: tuple = ()  # the same for the serial code
 
     @property
     def widest_register(self) -> str:
@@ -250,4 +252,6 @@ def read_module(asm: str, ir: str | None = None) -> CodeFacts:
                    chain_reassociates=chain.reassociates, chain_unfused=chain.unfused,
                    chain_regions=chain.regions, chain_serial=chain.serial,
                    chain_single=chain.single, chain_serial_single=chain.serial_single,
-                   chain_looped=chain.looped, chain_serial_looped=chain.serial_looped)  # fmt: skip
+                   chain_looped=chain.looped, chain_serial_looped=chain.serial_looped,
+                   chain_buffers=chain.buffers,
+                   chain_serial_buffers=chain.serial_buffers)  # fmt: skip
