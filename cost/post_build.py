@@ -179,7 +179,10 @@ def chain_widths(c: CandidateFeatures, code: CodeFacts) -> list[BuiltChain]:
     """Per block of ``c``, how the built code runs its reduction chain
     (:class:`~tvm_ext.facts.llvm_ir.ChainFacts`). A block reads its own parallel body function
     when the module has exactly one per parallel region of the TIR (``BlockFacts.region``, in
-    launch order), else the module's widest step of its class (and nothing more)."""
+    launch order), else the module's widest step of its class (and nothing more). In its own
+    body, the steps whose chain is stored to its own buffer, or to one the IR does not name as
+    another block's (every real step of its chain is stored to its buffer in the end), when
+    there are any (:func:`_own_width`); else all the body's steps of its class."""
     unknown = BuiltChain(0, False, False)
     if code.chain_add_lanes < 0 or code.chain_reassociates:
         return [unknown] * len(c.blocks)
@@ -188,12 +191,16 @@ def chain_widths(c: CandidateFeatures, code: CodeFacts) -> list[BuiltChain]:
     known = per_region and len(code.chain_single) == len(code.chain_looped) == len(
         code.chain_regions
     )
+    by_buffer = per_region and len(code.chain_buffers) == len(code.chain_regions)
+    outputs = {b.output for b in c.blocks if b.output}
     out = []
     for b in c.blocks:
         cls = 1 if b.chain_op == "max" else 0
         widest, single, looped = (code.chain_add_lanes, code.chain_max_lanes)[cls], False, False
         if per_region:
             own = (code.chain_regions[b.region] if b.region >= 0 else code.chain_serial)[cls]
+            if by_buffer and b.output:
+                own = _own_width(b, cls, outputs, code) or own
             widest = own if own >= 1 else widest  # none found there: the module's widest
             if known and own >= 1:
                 inside = b.region >= 0
@@ -203,6 +210,24 @@ def chain_widths(c: CandidateFeatures, code: CodeFacts) -> list[BuiltChain]:
                                else code.chain_serial_looped)[cls])  # fmt: skip
         out.append(BuiltChain(max(widest, 0), single, looped))
     return out
+
+
+def _own_width(b, cls: int, outputs: set[str], code: CodeFacts) -> int:
+    """The widest step of block ``b``'s class among the steps of its parallel body whose chain
+    is stored to ``b``'s own buffer, or to a buffer the IR does not name as exactly one of the
+    candidate's blocks' (``"?"``, a name no block writes, or one that could be two: the step
+    may be ``b``'s); 0 when none is (``b``'s chain was then not found by buffer). LLVM keeps
+    TVM's buffer names but makes them unique in a function with a number at the end
+    (``row_sum.rf1``): a name is a buffer's when it is that name, possibly so numbered."""
+    table = code.chain_buffers[b.region] if b.region >= 0 else code.chain_serial_buffers
+
+    def owner(name: str) -> str | None:
+        found = {o for o in outputs if name == o or (name.startswith(o)
+                                                     and name[len(o):].isdigit())}  # fmt: skip
+        return found.pop() if len(found) == 1 else None
+
+    widths = [row[1 + cls] for row in table if owner(row[0]) in (b.output, None)]
+    return max(widths, default=0)
 
 
 def _as_built(b, chain: BuiltChain):

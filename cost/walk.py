@@ -80,6 +80,7 @@ class BlockFacts:
     # (-1: none). TVM's CPU codegen makes each such loop a parallel body function of its own,
     # launched in this order: stage 2 reads facts per function (cost/post_build.py).
     region: int = -1
+    output: str = ""  # the buffer it stores to (its first store's)
 
     @property
     def flops(self) -> int | None:
@@ -268,6 +269,14 @@ class Walker:
                 loop_repeats=around if red_depths else 1,
                 lanes_bound=lanes,
                 region=next((lp.region for lp in loops if lp.region >= 0), -1),
+                output=next(
+                    (
+                        str(x.buffer.name)
+                        for x in _children(block.body)
+                        if isinstance(x, tirx.BufferStore)
+                    ),
+                    "",
+                ),  # fmt: skip
             )
         )
 

@@ -11,7 +11,7 @@ from tvm_ext import kernels as K
 from tvm_ext import measure
 from tvm_ext.base import tvm_api
 from tvm_ext.facts.llvm_ir import chain_facts, functions
-from tvm_ext.facts.machine_code import CodeFacts, read_module
+from tvm_ext.facts.machine_code import CodeFacts, read_assembly, read_module
 
 # --- the reader, on IR text ---------------------------------------------------------------
 
@@ -317,6 +317,34 @@ def test_a_chain_vectorized_over_rows_is_not_narrowed(host, machine):
     assert widths["row_max"] >= 8 and widths["row_sum"] >= 8
     seconds = measure(sch, w, host, repeat=3, min_repeat_ms=10).min_seconds
     assert seconds >= stage2.lower_bound_s
+
+
+def test_a_block_reads_the_steps_stored_to_its_own_buffer():
+    """In one parallel body, a row sum's scalar chain and a 16-lane chain of its rfactor
+    partials (``row_sum.rf``, numbered ``row_sum.rf1`` by LLVM): each block gets its own
+    buffer's width. A step whose buffer is not named, or whose name could be two blocks'
+    buffers, may be any block's: it counts for each."""
+    from dataclasses import replace as _replace
+
+    from tvm_ext.cost.features import BlockFacts
+
+    def block(name, output):
+        return BlockFacts(name, 1024, 1, "float32", 1.0, 1, 1, 16, 1, 1024, 1, chain_op="add",
+                          region=0, output=output, segment_length=1024)  # fmt: skip
+
+    feats = features(K.matmul(4, 4, 4).func, "llvm")
+    feats = _replace(feats, blocks=(block("rf", "row_sum.rf"), block("sum", "row_sum")))
+    code = _replace(read_assembly(""), fp_lanes=16, chain_add_lanes=16, chain_max_lanes=0,
+                    chain_regions=((16, 0),), chain_single=((True, False),),
+                    chain_looped=((True, False),),
+                    chain_buffers=((("row_sum", 1, 0), ("row_sum.rf1", 16, 0)),))  # fmt: skip
+    assert [w.lanes for w in chain_widths(feats, code)] == [16, 1]
+    unnamed = _replace(code, chain_buffers=((("row_sum", 1, 0), ("?", 4, 0)),))
+    assert [w.lanes for w in chain_widths(feats, unnamed)] == [4, 4]
+    # "row_sum1" could be LLVM's numbering of "row_sum" or a buffer of that name: both count.
+    twice = _replace(feats, blocks=feats.blocks + (block("other", "row_sum1"),))
+    both = _replace(code, chain_buffers=((("row_sum1", 8, 0), ("row_sum.rf", 16, 0)),))
+    assert [w.lanes for w in chain_widths(twice, both)] == [16, 8, 8]
 
 
 def test_code_facts_round_trip_with_chain_widths():
