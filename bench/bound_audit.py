@@ -234,8 +234,13 @@ def summarize(rows: list[dict]):
             row["stage 2 violations"] = int(np.sum(two < 1.0))
             row["stage 2 min"] = two.min()
             row["stage 2 median"] = float(np.median(two))
+            row["stage 2 within 3x %"] = 100 * float(np.mean(two <= 3.0))
             row["stage 2 cut at best drops %"] = 100 * np.mean(
                 [r["stage2_bound_s"] >= best[r["workload"]] for r in ok]
+            )
+            binding = pd.Series([r.get("stage2_binding") or r["binding"] for r in ok])
+            row["stage 2 binding arms"] = ", ".join(
+                f"{a} {n}" for a, n in binding.value_counts().items()
             )
         out.append(row)
     return pd.DataFrame(out)
@@ -365,9 +370,11 @@ def main() -> None:
             'parity failure, or a candidate stopped after minutes of one run. "stage 2" '
             "columns (with `--stage2`): the bound after the build, read off the machine code "
             "(the widest floating-point instruction) and the optimized LLVM IR (each "
-            "reduction chain's width, one accumulator at a time or not, still a loop or not), "
-            "which the cut applies before the run. Bounds are recomputed from each candidate's "
-            "trace, so a re-priced table holds the same measurements.",
+            "reduction chain's width by the buffer it is stored to, one accumulator at a time "
+            "or not, still a loop or not), which the cut applies before the run. `phases`: "
+            "the parallel bodies run one after the other, their arms add (`@code`: with the "
+            "built code's arms). Bounds are recomputed from each candidate's trace, so a "
+            "re-priced table holds the same measurements.",
             table,
         )
 
