@@ -49,7 +49,7 @@ The dependency arm at the code's chain width
 The policy's dependency arm lets one step of a reduction chain carry up to ``max_lanes``
 outputs, as many as LLVM could vectorize. The module's optimized LLVM IR shows the widest
 operation that can be a step of a sum/multiply-add chain and of a max/min chain
-(:func:`tvm_ext.facts.llvm_ir.chain_facts`, whose docstring argues why no machine step of
+(:func:`tvm_ext.facts.ir_chains.chain_facts`, whose docstring argues why no machine step of
 the chain is wider); the arms recomputed with those widths (``chain_lanes_add``,
 ``chain_lanes_max``) are kept as ``<arm>@chain`` where they rose. This needs none of 1.'s
 premises about calls or dtypes: it counts the chain's own steps, which are the module's own
@@ -177,7 +177,7 @@ class BuiltChain(NamedTuple):
 
 def chain_widths(c: CandidateFeatures, code: CodeFacts) -> list[BuiltChain]:
     """Per block of ``c``, how the built code runs its reduction chain
-    (:class:`~tvm_ext.facts.llvm_ir.ChainFacts`). A block reads its own parallel body function
+    (:class:`~tvm_ext.facts.ir_chains.ChainFacts`). A block reads its own parallel body function
     when the module has exactly one per parallel region of the TIR (``BlockFacts.region``, in
     launch order), else the module's widest step of its class (and nothing more). In its own
     body, the steps whose chain is stored to its own buffer, or to one the IR does not name as

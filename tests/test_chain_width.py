@@ -1,6 +1,7 @@
 """Stage 2's chain width: how many outputs one step of a reduction chain carries in the built
-code, read off the optimized LLVM IR (tvm_ext.facts.llvm_ir), and the dependency arm it
-narrows (cost/post_build.py: ``dependency@chain``)."""
+code, read off the optimized LLVM IR (tvm_ext.facts.llvm_ir reads it, tvm_ext.facts.ir_chains
+finds the chains), and the dependency arm it narrows (cost/post_build.py:
+``dependency@chain``)."""
 
 import numpy as np
 import pytest
@@ -10,7 +11,8 @@ from tvm_ext.cost.post_build import chain_widths, evaluate_built
 from tvm_ext import kernels as K
 from tvm_ext import measure
 from tvm_ext.base import tvm_api
-from tvm_ext.facts.llvm_ir import chain_facts, functions
+from tvm_ext.facts.ir_chains import Chains, chain_facts
+from tvm_ext.facts.llvm_ir import functions
 from tvm_ext.facts.machine_code import CodeFacts, read_assembly, read_module
 
 # --- the reader, on IR text ---------------------------------------------------------------
@@ -190,7 +192,7 @@ entry:
 
 def test_one_accumulator_at_a_time():
     # One scalar accumulator around its loop; one straight chain through memory.
-    assert functions(SCALAR_SUM)["__tvm_parallel_lambda"].one_at_a_time("add")
+    assert Chains(functions(SCALAR_SUM)["__tvm_parallel_lambda"]).one_at_a_time("add")
     facts = chain_facts(SCALAR_SUM)  # no serial code launches it: the order is unknown
     assert facts.single == () and facts.regions == ()
     # ... so the "serial" facts are the whole module's, and claim nothing about interleaving
@@ -212,8 +214,8 @@ def test_one_accumulator_at_a_time():
 
 
 def test_a_chain_that_stayed_a_loop():
-    assert functions(SCALAR_SUM)["__tvm_parallel_lambda"].looped("add")
-    assert not functions(STRAIGHT_THROUGH_MEMORY)["main_compute_"].looped("add")
+    assert Chains(functions(SCALAR_SUM)["__tvm_parallel_lambda"]).looped("add")
+    assert not Chains(functions(STRAIGHT_THROUGH_MEMORY)["main_compute_"]).looped("add")
     assert chain_facts(STRAIGHT_THROUGH_MEMORY).serial_looped == (False, False)
 
 

@@ -25,7 +25,7 @@ function of the module:
 - counts of FMA instructions, vector loads, stores and stack spills (``(%rsp)`` stores).
 
 and, from the module's optimized LLVM IR (:func:`read_module`), how many elements a step of a
-reduction chain processes (:mod:`tvm_ext.facts.llvm_ir`).
+reduction chain processes (:mod:`tvm_ext.facts.ir_chains`).
 
 This is pure text reading: building and printing the module is ``tvm_api.assembly`` and
 ``tvm_api.llvm_ir``.
@@ -37,7 +37,7 @@ import logging
 import re
 from dataclasses import dataclass, replace
 
-from .llvm_ir import chain_facts
+from .ir_chains import chain_facts
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ class CodeFacts:
     vector_loads: int  # instructions reading memory into a vector register
     vector_stores: int  # instructions writing a vector register to memory
     spills: int  # stores to the stack frame
-    # From the optimized LLVM IR (facts.llvm_ir.chain_facts; -1: the IR was not read): the
+    # From the optimized LLVM IR (facts.ir_chains.chain_facts; -1: the IR was not read): the
     # most elements a possible reduction chain step of each class processes (0: none found).
     chain_add_lanes: int = -1
     chain_max_lanes: int = -1
@@ -238,7 +238,7 @@ def read_assembly(text: str) -> CodeFacts:
 
 def read_module(asm: str, ir: str | None = None) -> CodeFacts:
     """:func:`read_assembly`, plus the reduction chain facts of the module's optimized LLVM
-    IR when given (:func:`tvm_ext.facts.llvm_ir.chain_facts`)."""
+    IR when given (:func:`tvm_ext.facts.ir_chains.chain_facts`)."""
     code = read_assembly(asm)
     if ir is None:
         return code
