@@ -77,6 +77,14 @@ fastest boost. This arm counts the chains' own instructions, so calls elsewhere 
 the reduction than elsewhere (a vector write-back around a scalar multiply-add, say), where
 ``machine_code.compute`` must take the module's widest instruction.
 
+The phases with the built code's arms (``phases@code``)
+------------------------------------------------------
+The policy's ``phases`` arm (parallel bodies run one after the other: the sum over phases of
+each phase's largest arm) with each phase's stage-2 arms beside its stage-1 ones, each
+computed over that phase's blocks alone (:func:`phases_arm`): every arm here is a sum or a
+maximum over blocks of what those blocks do themselves, so it bounds the phase's stretch of
+time.
+
 The policy's arms at the code's width
 -------------------------------------
 Under the same premises no instruction of the candidate does arithmetic on more than ``W``
