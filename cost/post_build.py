@@ -216,6 +216,8 @@ def chain_widths(c: CandidateFeatures, code: CodeFacts) -> list[BuiltChain]:
                                else code.chain_serial_single)[cls])  # fmt: skip
                 looped = bool((code.chain_looped[b.region] if inside
                                else code.chain_serial_looped)[cls])  # fmt: skip
+        if widest > 1:  # a vector step may have been joined with another (see ir_chains)
+            widest = max(widest, code.fp_lanes)
         out.append(BuiltChain(max(widest, 0), single, looped))
     return out
 

@@ -9,13 +9,13 @@ a busy host cannot make them read low. Only the memory arms rest on probes (see 
 - ``compute``: each block's distinct instances (LLVM may hoist recomputation) need their
   multiplies on the FMA pipes (``FMA_PIPES`` a cycle) and all their floating-point
   instructions, every multiply-add pair fused, on the FP pipes (``FP_PIPES`` a cycle); each
-  pipe does at most the FMA datapath's lanes per pass. The lanes are the block's own
-  (explicitly vectorized: TVM emits that width and LLVM never widens vector code) or, without
-  them, the full width whenever LLVM could still vectorize (any spatial loop with at most
-  1024 inner iterations: shared/bound-study.md). A block runs on the cores its parallel
-  loops can occupy (``P / ceil(P / cores)``); blocks share the pipes, so their times add.
-  int8/bf16 are priced at their dot-product peaks, fp16 at twice the fp32 rate
-  (AVX512-FP16 FMAs do 32 half lanes a zmm).
+  pipe does at most the FMA datapath's lanes per pass. The lanes are the full width for
+  any vector code (TVM's own vectors narrower than a register may be joined by instruction
+  selection: ``cost/walk._possible_lanes``) and for scalar code LLVM could still vectorize
+  (any spatial loop with at most 1024 inner iterations: shared/bound-study.md); else one. A
+  block runs on the cores its parallel loops can occupy (``P / ceil(P / cores)``); blocks
+  share the pipes, so their times add. int8/bf16 are priced at their dot-product peaks, fp16
+  at twice the fp32 rate (AVX512-FP16 FMAs do 32 half lanes a zmm).
 - ``issue``: every distinct element a run of the loop just outside the compiler's unroll
   reach (see ``cost/walk.py``) touches goes through a load or store port in that run, but
   what the registers carried in (at most ``REGISTER_BYTES``); a port slot moves at most one

@@ -341,12 +341,16 @@ def test_a_block_reads_the_steps_stored_to_its_own_buffer():
                     chain_looped=((True, False),),
                     chain_buffers=((("row_sum", 1, 0), ("row_sum.rf1", 16, 0)),))  # fmt: skip
     assert [w.lanes for w in chain_widths(feats, code)] == [16, 1]
+    # An unnamed vector step may be either block's, and may have been joined with another
+    # into the code's widest instruction (16 lanes here): both blocks read 16.
     unnamed = _replace(code, chain_buffers=((("row_sum", 1, 0), ("?", 4, 0)),))
-    assert [w.lanes for w in chain_widths(feats, unnamed)] == [4, 4]
+    assert [w.lanes for w in chain_widths(feats, unnamed)] == [16, 16]
     # "row_sum1" could be LLVM's numbering of "row_sum" or a buffer of that name: both count.
     twice = _replace(feats, blocks=feats.blocks + (block("other", "row_sum1"),))
-    both = _replace(code, chain_buffers=((("row_sum1", 8, 0), ("row_sum.rf", 16, 0)),))
-    assert [w.lanes for w in chain_widths(twice, both)] == [16, 8, 8]
+    both = _replace(code, chain_buffers=((("row_sum1", 1, 0), ("row_sum.rf", 16, 0)),))
+    assert [w.lanes for w in chain_widths(twice, both)] == [16, 1, 1]
+    apart = _replace(code, chain_buffers=((("row_sum1", 1, 0), ("row_sum", 0, 0)),))
+    assert [w.lanes for w in chain_widths(twice, apart)][1:] == [1, 1]
 
 
 def test_code_facts_round_trip_with_chain_widths():

@@ -24,10 +24,14 @@ pointer; a base it cannot name aliases everything).
 Why the width bounds the outputs one machine step carries: the previous step's result is
 the operand that makes a step a step, so every step of every reduction of the class is
 among the operations counted. LLVM vectorizes in IR passes (LoopVectorize, SLPVectorizer)
-that run before this IR is printed; instruction selection lowers each IR operation on its
-own, splitting a vector wider than the target's registers and never joining independent
-scalar operations into a wider one. So no machine instruction of a chain processes more
-elements than the widest counted operation. ``reassociates`` is set when any such operation
+that run before this IR is printed; instruction selection splits a vector wider than the
+target's registers and never turns scalar arithmetic into vector arithmetic (it has no SLP),
+so a scalar chain step stays one element. It may join *vector* operations of a basic block
+whose results it concatenates into one wider operation (the x86 combine of concatenated
+operations: in the violation hunt a TVM 8-lane multiply-add pair ran as one 16-lane zmm FMA
+while this IR showed only 8-lane ones). So a vector chain step is read as running up to the
+widest floating-point instruction of the built code (``CodeFacts.fp_lanes``, from the
+assembly): ``cost/post_build.chain_widths`` does. ``reassociates`` is set when any such operation
 allows reassociation (``reassoc``/``fast`` flags): then the chain's order is not fixed and
 nothing here applies.
 
