@@ -207,7 +207,7 @@ class Walker:
             below = math.prod(x.extent for x in loops[depth + 1 :])
             if is_spatial[depth] and not is_red[depth] and below <= AUTO_VECTOR_INNER_LIMIT:
                 possible = self.max_lanes
-        lanes = _possible_lanes(realize, loops, is_red, is_spatial, explicit, self.max_lanes)
+        lanes = _possible_lanes(loops, is_red, explicit, self.max_lanes)
         red_depths = [d for d, r in enumerate(is_red) if r]
         length = math.prod(loops[d].extent for d in red_depths) if red_depths else 1
         inside = math.prod(lp.extent for lp in loops[red_depths[-1] + 1 :]) if red_depths else 1
@@ -242,7 +242,6 @@ class Walker:
         dtype = str(_store_dtype(block.body) or "float32")
         self.stored.update(str(s.buffer.name) for s in _children(block.body)
                            if isinstance(s, tirx.BufferStore))  # fmt: skip
-        body_start = _body_start(loops)
         repeats = [not is_red[d] and not is_spatial[d] for d in range(len(loops))]
         self._pending.append((len(self.blocks), loops, realize, repeats))
         self.blocks.append(
@@ -327,7 +326,7 @@ class Walker:
         return self.blocks
 
 
-def _possible_lanes(realize, loops, is_red, is_spatial, explicit, max_lanes) -> int:
+def _possible_lanes(loops, is_red, explicit, max_lanes) -> int:
     """Lanes the block's arithmetic may run at. TVM's own vectors (an explicitly vectorized
     loop) narrower than a register are no cap: LLVM's x86 instruction selection joins vector
     operations of a basic block whose results it concatenates into one wider operation (the
