@@ -447,3 +447,19 @@ def test_frozen_corpus_holds_after_the_build():
                           stage2.binding))  # fmt: skip
     assert not below, below
     assert raised >= len(staged) // 4  # stage 2 decides something on this corpus
+
+
+def test_issue_arm_counts_distinct_offsets_and_blocks_as_unique_does():
+    """The issue arm's counting of a run's distinct elements and aligned vector blocks (a mask
+    over the offsets' range, or ``unique`` when the range is sparse) against numpy's
+    ``unique`` on random sets, steps (negative, zero, overlapping, disjoint) and widths."""
+    import numpy as np
+    from tvm_ext.cost.traffic import distinct_counts
+
+    rng = np.random.default_rng(0)
+    for _ in range(2000):
+        base = np.unique(rng.integers(0, rng.integers(1, 20000), rng.integers(1, 200)))
+        step, count = int(rng.integers(-300, 300)), int(rng.integers(1, 50))
+        vlen = int(rng.choice([1, 2, 4, 8, 16, 32]))
+        run = np.unique((base[None, :] + step * np.arange(count)[:, None]).ravel())
+        assert distinct_counts(base, step, count, vlen) == (len(run), len(np.unique(run // vlen)))
