@@ -223,15 +223,28 @@ def _load_folder(folder: pathlib.Path, machine, cache: bool):
     if cache:
         for path in (folder / name, cache_dir() / name):  # shipped beside the log, or ours
             if path.exists():
-                return pd.read_csv(path, keep_default_na=False, na_values=["", "NaN", "nan"])
+                return read_frame(path)
     frame = pd.DataFrame(_folder_rows(folder, machine))
     if cache:
         cache_dir().mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=cache_dir(), prefix=".features.", suffix=".csv.gz")
         os.close(fd)
-        frame.to_csv(tmp, index=False, compression="gzip")
+        write_frame(frame, tmp)
         os.replace(tmp, cache_dir() / name)
     return frame
+
+
+def write_frame(frame, path) -> None:
+    """Save dataset rows (a cache, or the rows a frozen evaluation ran on) as gzipped CSV;
+    :func:`read_frame` reads them back to the same values (floats round-trip exactly)."""
+    frame.to_csv(path, index=False, compression="gzip")
+
+
+def read_frame(path):
+    """Dataset rows written by :func:`write_frame`."""
+    import pandas as pd
+
+    return pd.read_csv(path, keep_default_na=False, na_values=["", "NaN", "nan"])
 
 
 def dataset(

@@ -3,9 +3,11 @@ protocol on a slice of the shipped dataset, and ``tvm-ext evaluate-policies`` it
 
 The slice is one fold of the frozen run: its workloads are held out and every policy is fitted
 on the other folds' rows, exactly as in the full run, so its per-workload figures must match
-the frozen ones. The service policy's figures depend on the cache sizes of the machine that
-froze them (recorded in the frozen profile); the rest depend only on the dataset's cached
-columns and the seed."""
+the frozen ones. The protocol re-runs on the priced rows the frozen run wrote
+(``dataset.csv.gz``); that those rows are what the logs give, priced with the frozen machine
+model, is checked by re-pricing two logs here and every log in the slow tier. The service
+policy's figures depend on the cache sizes of the machine that froze them (recorded in the
+frozen profile); the rest depend only on the priced columns and the seed."""
 
 from __future__ import annotations
 
@@ -15,9 +17,12 @@ import pathlib
 import shutil
 
 import numpy as np
+import pandas as pd
 import pytest
 from tvm_ext.cost import ServiceProfile, XGBoostPolicy, dataset, heldout
+from tvm_ext.cost.training_data import read_frame
 
+from tvm_ext.faces.cli import DATASET_FILE
 from tvm_ext.facts.machine import MachineModel
 
 DATA = pathlib.Path(__file__).resolve().parents[1] / "tuning_logs" / "dataset"
@@ -39,9 +44,37 @@ def frozen_machine():
 
 
 @pytest.fixture(scope="module")
-def data(frozen_machine):
-    # Priced with the frozen machine, not from a cache another test may have priced on this host.
-    return dataset(DATA, machine=frozen_machine, cache=False)
+def data():
+    """The rows the frozen run evaluated (checked against the logs by the two tests below)."""
+    return read_frame(FROZEN / DATASET_FILE)
+
+
+REPRICED = (
+    "conv2d_N1_C16_H28_W28_F16_KH3_KW3_stride1_padding1_float32",
+    "softmax_M512_N256_float32",
+)
+
+
+def _check_priced_rows(data, frozen_machine, workloads) -> None:
+    """The frozen rows of ``workloads`` are their logs' rows priced again with the frozen
+    machine model, not from a cache another test may have priced on this host."""
+    for key in workloads:
+        (folder,) = DATA.glob(f"*/{key}")
+        fresh = dataset(folder, machine=frozen_machine, cache=False)
+        kept = data[data["workload"] == key].reset_index(drop=True)
+        assert len(kept) == len(fresh) > 0, key
+        pd.testing.assert_frame_equal(
+            kept[fresh.columns], fresh, check_dtype=False, rtol=1e-9, obj=key
+        )
+
+
+def test_frozen_rows_are_two_logs_priced_again(data, frozen_machine):
+    _check_priced_rows(data, frozen_machine, REPRICED)
+
+
+@pytest.mark.slow
+def test_frozen_rows_are_every_log_priced_again(data, frozen_machine):
+    _check_priced_rows(data, frozen_machine, sorted(data["workload"].unique()))
 
 
 def _run_fold(data, frozen, machine, monkeypatch, log_dirs):
@@ -105,14 +138,14 @@ def test_frozen_stock_model_figures_match_a_rerun_of_one_fold(data, frozen, froz
 
 
 def test_evaluate_policies_command_writes_what_the_protocol_computes(data, tmp_path, machine):
-    """``tvm-ext evaluate-policies`` on four shipped logs: its files hold the protocol's
+    """``tvm-ext evaluate-policies`` on two shipped logs: its files hold the protocol's
     figures for those logs, and the calibration and model it writes load and are the fits
     on every row."""
     from tvm_ext.cost import calibrate
 
     from tvm_ext.faces import cli
 
-    keep = sorted(data["workload"].unique())[::5]
+    keep = sorted(data["workload"].unique())[::9]  # two logs: two folds
     logs = tmp_path / "logs"
     for key in keep:
         (src,) = DATA.glob(f"*/{key}")

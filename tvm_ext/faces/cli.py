@@ -240,12 +240,16 @@ def load_policy(spec: str):
     )
 
 
+DATASET_FILE = "dataset.csv.gz"
+
+
 def _evaluate_policies(args) -> int:
     import datetime
     import pathlib
 
     from tvm_ext.cost import dataset
     from tvm_ext.cost.heldout import evaluate_policies
+    from tvm_ext.cost.training_data import write_frame
     from tvm_ext.facts.machine import host_machine
     from tvm_ext.records.logs import cpu_model
 
@@ -268,6 +272,9 @@ def _evaluate_policies(args) -> int:
         fitted["xgboost"].save(out / "xgboost_policy.json")
         # The machine model that priced the roofline columns: a re-run prices with it.
         (out / "machine.json").write_text(json.dumps(machine.to_json(), indent=1))
+        # The priced rows the protocol ran on: a check re-runs the protocol on them and
+        # re-prices a sample (the slow tier all of them) against them.
+        write_frame(data, out / DATASET_FILE)
         record = {
             "command": "tvm-ext evaluate-policies " + " ".join(sys.argv[2:]),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
