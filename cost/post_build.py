@@ -201,22 +201,28 @@ def chain_widths(c: CandidateFeatures, code: CodeFacts) -> list[BuiltChain]:
     )
     by_buffer = per_region and len(code.chain_buffers) == len(code.chain_regions)
     outputs = {b.output for b in c.blocks if b.output}
+    joins = len(code.chain_joinable) == len(code.chain_regions)
+    anywhere = not joins or code.chain_serial_joinable or any(code.chain_joinable)
     out = []
     for b in c.blocks:
         cls = 1 if b.chain_op == "max" else 0
         widest, single, looped = (code.chain_add_lanes, code.chain_max_lanes)[cls], False, False
+        joinable = anywhere
         if per_region:
             own = (code.chain_regions[b.region] if b.region >= 0 else code.chain_serial)[cls]
             if by_buffer and b.output:
                 own = _own_width(b, cls, outputs, code) or own
             widest = own if own >= 1 else widest  # none found there: the module's widest
+            if joins and own >= 1:
+                joinable = bool(code.chain_joinable[b.region] if b.region >= 0
+                                else code.chain_serial_joinable)  # fmt: skip
             if known and own >= 1:
                 inside = b.region >= 0
                 single = bool((code.chain_single[b.region] if inside
                                else code.chain_serial_single)[cls])  # fmt: skip
                 looped = bool((code.chain_looped[b.region] if inside
                                else code.chain_serial_looped)[cls])  # fmt: skip
-        if widest > 1:  # a vector step may have been joined with another (see ir_chains)
+        if widest > 1 and joinable:  # a vector step may have been joined with another
             widest = max(widest, code.fp_lanes)
         out.append(BuiltChain(max(widest, 0), single, looped))
     return out

@@ -223,8 +223,8 @@ class Walker:
         # LLVM moves instructions out of loops (LICM), never a loop out of a loop. But a
         # segment inside the unroll reach may become straight-line code (TVM's own unroll
         # pragma, LLVM's full unroll), which LICM can hoist whole: then it may run once.
-        repeat = [d for d, lp in enumerate(loops)
-                  if lp.extent > 1 and not is_red[d] and not is_spatial[d]]  # fmt: skip
+        repeats = [not is_red[d] and not is_spatial[d] for d in range(len(loops))]
+        repeat = [d for d, lp in enumerate(loops) if lp.extent > 1 and repeats[d]]
         body_start = _body_start(loops)
         around = math.prod(loops[d].extent for d in repeat) if all(d < band for d in repeat) else 1
         chained = around if band < body_start else 1
@@ -242,7 +242,6 @@ class Walker:
         dtype = str(_store_dtype(block.body) or "float32")
         self.stored.update(str(s.buffer.name) for s in _children(block.body)
                            if isinstance(s, tirx.BufferStore))  # fmt: skip
-        repeats = [not is_red[d] and not is_spatial[d] for d in range(len(loops))]
         self._pending.append((len(self.blocks), loops, realize, repeats))
         self.blocks.append(
             BlockFacts(

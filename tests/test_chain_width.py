@@ -376,3 +376,68 @@ def test_a_reader_failure_abstains_and_never_fails_the_build(monkeypatch, caplog
     code = mc.read_module("\tvaddss\t%xmm1, %xmm2, %xmm3\n", MAX_AND_LAUNCH)
     assert code.fp_lanes == 1 and code.chain_add_lanes == -1  # assembly facts kept
     assert "chain facts not read (IndexError" in caplog.text
+
+
+TWO_LANE_CHAIN = """\
+define private i32 @__tvm_parallel_lambda(i32 %task_id, ptr readonly captures(none) %0) {
+entry:
+  %X = load ptr, ptr %0, align 8
+  %g = getelementptr inbounds nuw i8, ptr %0, i64 8
+  %Y = load ptr, ptr %g, align 8
+  br label %body
+body:
+  %acc = phi <2 x float> [ zeroinitializer, %entry ], [ %s2, %body ]
+  %i = phi i64 [ 0, %entry ], [ %i.next, %body ]
+  %p = getelementptr inbounds float, ptr %X, i64 %i
+  %x = load <2 x float>, ptr %p, align 8
+  %s1 = call <2 x float> @llvm.fmuladd.v2f32(<2 x float> %x, <2 x float> %x, <2 x float> %acc)
+  %s2 = call <2 x float> @llvm.fmuladd.v2f32(<2 x float> %x, <2 x float> %x, <2 x float> %s1)
+  %i.next = add nuw nsw i64 %i, 2
+  %done = icmp eq i64 %i.next, 1024
+  br i1 %done, label %exit, label %body
+exit:
+  store <2 x float> %s2, ptr %Y, align 8
+  ret i32 0
+}
+"""
+
+
+def test_vector_steps_keep_their_width_unless_the_backend_could_join_two():
+    """Instruction selection joins two vector operations into one wider instruction only
+    within a basic block and only when neither needs the other's result: one chain of 2-lane
+    steps stays 2 lanes a step even where the code's widest instruction is wider; a second,
+    independent chain in the same block (two accumulators side by side) may be joined with
+    it, and the step is then read at the code's widest instruction (the violation the hunt
+    found: 8-lane pairs run as 16-lane zmm FMAs)."""
+    (fn,) = functions(TWO_LANE_CHAIN).values()
+    assert not Chains(fn).joinable()
+    facts = chain_facts(TWO_LANE_CHAIN)
+    # (no serial code launches it: the body counts as serial code)
+    assert facts.serial_joinable is False and facts.add_lanes == 2
+    second = TWO_LANE_CHAIN.replace(
+        "%s2 = call <2 x float> @llvm.fmuladd.v2f32(<2 x float> %x, <2 x float> %x, "
+        "<2 x float> %s1)",
+        "%s2 = call <2 x float> @llvm.fmuladd.v2f32(<2 x float> %x, <2 x float> %x, "
+        "<2 x float> %acc)",
+    )
+    assert second != TWO_LANE_CHAIN
+    (fn,) = functions(second).values()
+    assert Chains(fn).joinable() and chain_facts(second).serial_joinable
+    # Scalar operations are never joined (the backend has no SLP).
+    scalar = TWO_LANE_CHAIN.replace("<2 x float>", "float").replace("v2f32", "f32")
+    scalar = scalar.replace("%s1)", "%acc)")  # two independent scalar steps
+    (fn,) = functions(scalar).values()
+    assert not Chains(fn).joinable()
+
+    # Through chain_widths: a matmul's update chain read at 2 lanes when nothing can be
+    # joined, at the code's widest (16) when something can.
+    w = K.matmul(8, 8, 8)
+    c = features(w.func, "llvm")
+    base = CodeFacts(fp_lanes=16, fma_only=True, dot=(), int_lanes=0, calls=(),
+                     unknown_calls=(), functions=(), fma=1, fp_arith=1, vector_loads=0,
+                     vector_stores=0, spills=0, chain_add_lanes=2, chain_max_lanes=0,
+                     chain_serial=(2, 0))  # fmt: skip
+    update = [i for i, b in enumerate(c.blocks) if b.chain_op][0]
+    alone = base.__class__(**{**base.__dict__, "chain_serial_joinable": False})
+    assert chain_widths(c, alone)[update].lanes == 2
+    assert chain_widths(c, base)[update].lanes == 16  # joinable (the default: unknown)

@@ -31,9 +31,14 @@ whose results it concatenates into one wider operation (the x86 combine of conca
 operations: in the violation hunt a TVM 8-lane multiply-add pair ran as one 16-lane zmm FMA
 while this IR showed only 8-lane ones). So a vector chain step is read as running up to the
 widest floating-point instruction of the built code (``CodeFacts.fp_lanes``, from the
-assembly): ``cost/post_build.chain_widths`` does. ``reassociates`` is set when any such operation
-allows reassociation (``reassoc``/``fast`` flags): then the chain's order is not fixed and
-nothing here applies.
+assembly), unless its function has no two operations the backend could join
+(``joinable``): ``cost/post_build.chain_widths`` does. Joining needs two vector operations of
+one kind in one basic block (instruction selection sees one block at a time) neither of which
+needs the other's result (one instruction cannot feed itself); a chain's own steps each
+extend the one before, so a function whose blocks hold one chain each (a reduction loop over
+one accumulator vector) keeps its steps at their own width. ``reassociates`` is set when any
+such operation allows reassociation (``reassoc``/``fast`` flags): then the chain's order is not
+fixed and nothing here applies.
 
 ``single`` (per function and class): the class's chain steps, grouped by the buffers their
 chains are stored to (a reduction block writes its own output; steps whose buffer cannot be
@@ -100,6 +105,10 @@ class ChainFacts:
     # the steps by the buffer their chain is stored to (``Chains.widths_by_buffer``).
     buffers: tuple[tuple[tuple[str, int, int], ...], ...] = ()
     serial_buffers: tuple[tuple[str, int, int], ...] = ()
+    # Per parallel body (same order) and for the serial code: whether instruction selection
+    # could join two of its vector operations into one wider instruction (``Chains.joinable``).
+    joinable: tuple[bool, ...] = ()
+    serial_joinable: bool = True
 
 
 def _class(op: Op, ops: dict[str, Op]) -> str | None:
@@ -300,6 +309,34 @@ class Chains:
                 out[key] = max(out.get(key, 0), _step_lanes(op))
         return out
 
+    def joinable(self) -> bool:
+        """Whether instruction selection could join two vector floating-point operations of
+        this function into one wider instruction: some basic block holds two of the same
+        kind (opcode, and callee for a call) neither of which depends on the other. The
+        backend selects one basic block at a time and cannot merge an operation with one that
+        needs its result, nor scalar operations (it has no SLP). Without such a pair every
+        vector operation runs as instructions carrying at most its own lanes."""
+        kinds: dict[tuple[int, str], int] = {}  # (block, kind) -> bit mask of ops seen
+        ancestors: dict[str, int] = {}  # op -> bit mask of the vector FP ops it depends on
+        bit: dict[str, int] = {}
+        for name, op in self.ops.items():
+            deps = 0
+            if op.opcode != "phi":  # a phi's operands come from other blocks (or iterations)
+                for v in op.operands:
+                    other = self.ops.get(v)
+                    if other is not None and other.block == op.block:
+                        deps |= ancestors.get(v, 0) | bit.get(v, 0)
+            ancestors[name] = deps
+            if op.lanes < 2 or not _arithmetic(op):
+                continue
+            bit[name] = 1 << len(bit)
+            key = (op.block, op.text.split("(", 1)[0] if op.opcode == "call" else op.opcode)
+            seen = kinds.get(key, 0)
+            if seen & ~deps:  # an earlier op of its kind it does not depend on
+                return True
+            kinds[key] = seen | bit[name]
+        return False
+
     def steps(self, cls: str) -> list[Op]:
         """The possible chain steps of class ``cls`` in this function: its operations with an
         operand that may hold an earlier one's result."""
@@ -354,6 +391,8 @@ def chain_facts(text: str) -> ChainFacts:
         serial_looped=_serial_only(parsed, lambdas, looped) if ordered else none,
         buffers=tuple(by_buffer[n] for n in order) if ordered else (),
         serial_buffers=_by_buffer(serial_fns),
+        joinable=tuple(parsed[n].joinable() for n in order) if ordered else (),
+        serial_joinable=any(fn.joinable() for fn in serial_fns),
     )
 
 
@@ -377,6 +416,15 @@ def _serial_only(parsed, lambdas, facts) -> tuple[bool, bool]:
         holders = [n for n, fn in parsed.items() if n not in lambdas and fn.steps(cls)]
         out.append(len(holders) == 1 and facts[holders[0]][index])
     return (out[0], out[1])
+
+
+_FP_ARITH = ("fadd", "fsub", "fmul", "fdiv", "frem")
+
+
+def _arithmetic(op: Op) -> bool:
+    """Floating-point arithmetic an instruction carries out: the binary operators, calls of
+    LLVM's intrinsics and any other call (a vector math call), and selects (``max``)."""
+    return op.opcode in _FP_ARITH or op.opcode in ("call", "select")
 
 
 def _step_lanes(op: Op) -> int:

@@ -103,6 +103,8 @@ class CodeFacts:
     chain_serial_looped: tuple = (False, False)  # the same for the serial code
     chain_buffers: tuple = ()  # per body: ((buffer, add, max), ...) by the chain's buffer
     chain_serial_buffers: tuple = ()  # the same for the serial code
+    chain_joinable: tuple = ()  # per body: the backend could join two vector operations
+    chain_serial_joinable: bool = True  # the same for the serial code
 
     @property
     def widest_register(self) -> str:
@@ -254,4 +256,6 @@ def read_module(asm: str, ir: str | None = None) -> CodeFacts:
                    chain_single=chain.single, chain_serial_single=chain.serial_single,
                    chain_looped=chain.looped, chain_serial_looped=chain.serial_looped,
                    chain_buffers=chain.buffers,
-                   chain_serial_buffers=chain.serial_buffers)  # fmt: skip
+                   chain_serial_buffers=chain.serial_buffers,
+                   chain_joinable=chain.joinable,
+                   chain_serial_joinable=chain.serial_joinable)  # fmt: skip
