@@ -378,13 +378,10 @@ def test_a_reader_failure_abstains_and_never_fails_the_build(monkeypatch, caplog
     assert "chain facts not read (IndexError" in caplog.text
 
 
-TWO_LANE_CHAIN = """\
-define private i32 @__tvm_parallel_lambda(i32 %task_id, ptr readonly captures(none) %0) {
-entry:
-  %X = load ptr, ptr %0, align 8
-  %g = getelementptr inbounds nuw i8, ptr %0, i64 8
-  %Y = load ptr, ptr %g, align 8
-  br label %body
+# The same function head and entry block as SCALAR_SUM; a loop of two 2-lane steps.
+TWO_LANE_CHAIN = (
+    SCALAR_SUM[: SCALAR_SUM.index("body:\n")]
+    + """\
 body:
   %acc = phi <2 x float> [ zeroinitializer, %entry ], [ %s2, %body ]
   %i = phi i64 [ 0, %entry ], [ %i.next, %body ]
@@ -400,6 +397,7 @@ exit:
   ret i32 0
 }
 """
+)
 
 
 def test_vector_steps_keep_their_width_unless_the_backend_could_join_two():
