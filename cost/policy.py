@@ -204,12 +204,21 @@ def evaluate(
     workload=None,
     prior: Mapping[str, float] | None = None,
 ) -> Cost:
-    """The validated path: features of ``obj`` on ``target``, priced by ``policy``."""
+    """The validated path: features of ``obj`` on ``target`` (or ``obj`` itself when it is
+    :class:`CandidateFeatures` already derived for ``target``), priced by ``policy``."""
     target = as_target(target)
     if machine is None and target.kind.name == "llvm":
         machine = host_machine(host_target(num_cores=int(target.attrs["num-cores"])))
-    candidate = features(
-        obj, target, workload, stores=bool(getattr(policy, "needs_store_features", False))
-    )
+    stores = bool(getattr(policy, "needs_store_features", False))
+    if isinstance(obj, CandidateFeatures):
+        if stores and obj.store_features is None:
+            raise PolicyError(
+                f"{_label(policy)} needs store features: derive them with "
+                "features(..., stores=True)",
+                policy=_label(policy),
+            )
+        candidate = obj
+    else:
+        candidate = features(obj, target, workload, stores=stores)
     coeffs = validated_coefficients(policy, machine, prior)
     return validated_cost(policy, candidate, coeffs, hard_constraints(candidate, target))

@@ -398,12 +398,13 @@ def evaluate_built(policy, sch, target=None, *, machine=None, workload=None):
     target = as_target(target)
     if machine is None and target.kind.name == "llvm":
         machine = host_machine(host_target(num_cores=int(target.attrs["num-cores"])))
-    stage1 = evaluate(policy, sch, target, machine=machine, workload=workload)
+    stores = bool(getattr(policy, "needs_store_features", False))
+    feats = features(sch, target, workload, stores=stores)
+    stage1 = evaluate(policy, feats, target, machine=machine)
     lib = tvm_api.build_for_tuning(tvm_api.as_module(sch), target)
     code = read_module(tvm_api.assembly(lib), tvm_api.llvm_ir(lib))
     if machine is None:
         return stage1, stage1, code
-    feats = features(sch, target, workload)
     coefficients = validated_coefficients(policy, machine)
     stage2 = post_build_cost(stage1, feats, code, machine.cpu, policy, coefficients)
     return stage1, stage2, code

@@ -187,13 +187,12 @@ class ReplayedLog:
 def _folder_rows(folder: pathlib.Path, machine) -> list[dict]:
     """Replay every record of one log folder and derive its columns."""
     from .features import features
-    from .policy import hard_constraints, validated_coefficients, validated_cost
+    from .policy import evaluate
     from .roofline import RooflinePolicy
 
     log = ReplayedLog(folder)
     w, target, manifest = log.workload, log.target, log.manifest
     policy = RooflinePolicy()
-    coefficients = validated_coefficients(policy, machine)
     base = {
         "workload": manifest.get("workload_key"),
         "kernel": w.name if w else "prim_func",
@@ -208,7 +207,7 @@ def _folder_rows(folder: pathlib.Path, machine) -> list[dict]:
         row["status"] = status
         if sch is not None:
             feats = features(sch, target, w, stores=True)  # priced as they are, not again
-            cost = validated_cost(policy, feats, coefficients, hard_constraints(feats, target))
+            cost = evaluate(policy, feats, target, machine=machine)
             row.update(numeric_features(feats, cost))
             row.update(store_columns(feats.store_features))
             slim = feats.to_dict() | {"store_features": None}  # the ms_* columns hold them

@@ -202,11 +202,9 @@ class Walker:
         cores_used = parallel / math.ceil(parallel / self.cores) if parallel > 1 else 1.0
         explicit = max([lp.extent for lp in loops if lp.kind == kinds.VECTORIZED] or [1])
         unroll = math.prod(lp.extent for lp in loops if lp.kind == kinds.UNROLLED)
-        possible = explicit  # the record's historical fact (learned policies read it)
-        for depth, lp in enumerate(loops):
-            below = math.prod(x.extent for x in loops[depth + 1 :])
-            if is_spatial[depth] and not is_red[depth] and below <= AUTO_VECTOR_INNER_LIMIT:
-                possible = self.max_lanes
+        # The record's historical fact (learned policies read it): a spatial loop only.
+        spatial_only = [s and not r for s, r in zip(is_spatial, is_red)]
+        possible = self.max_lanes if _loop_vectorizable(loops, spatial_only) else explicit
         lanes = _possible_lanes(loops, is_red, explicit, self.max_lanes)
         red_depths = [d for d, r in enumerate(is_red) if r]
         length = math.prod(loops[d].extent for d in red_depths) if red_depths else 1
@@ -334,14 +332,18 @@ def _possible_lanes(loops, is_red, explicit, max_lanes) -> int:
     Else any loop but a reduction loop (a spatial loop, or one that repeats the block) with
     at most ``AUTO_VECTOR_INNER_LIMIT`` inner iterations may be unrolled and loop-vectorized
     by LLVM at full width (shared/bound-study.md)."""
-    if explicit > 1:
+    if explicit > 1 or _loop_vectorizable(loops, [not r for r in is_red]):  # spatial or repeat
         return max_lanes
-    possible = explicit
-    for depth, lp in enumerate(loops):
-        below = math.prod(x.extent for x in loops[depth + 1 :])
-        if not is_red[depth] and below <= AUTO_VECTOR_INNER_LIMIT:  # spatial or a repeat
-            possible = max_lanes
-    return possible
+    return explicit
+
+
+def _loop_vectorizable(loops, allowed) -> bool:
+    """Whether LLVM's loop vectorizer may take one of the ``allowed`` loops: one with at most
+    ``AUTO_VECTOR_INNER_LIMIT`` iterations inside it (shared/bound-study.md)."""
+    return any(
+        ok and math.prod(x.extent for x in loops[depth + 1 :]) <= AUTO_VECTOR_INNER_LIMIT
+        for depth, ok in enumerate(allowed)
+    )
 
 
 def _body_start(loops) -> int:

@@ -210,3 +210,16 @@ def test_slack_must_keep_a_bound(host, machine):
     for arm, value in one.arms.items():
         assert two.arms[arm] <= value * (1 + 1e-12), arm
     assert two.lower_bound_s <= one.lower_bound_s * (1 + 1e-12)
+
+
+def test_evaluate_prices_features_already_derived_as_it_prices_the_function(host, machine):
+    """``evaluate`` on CandidateFeatures is the same cost as on the function they were derived
+    from; a policy that needs the store summary refuses features derived without it."""
+    from tvm_ext.cost import XGBoostPolicy
+
+    w = K.layernorm(64, 256)
+    feats = features(w.func, host, w)
+    direct = evaluate(RooflinePolicy(), w.func, host, machine=machine, workload=w)
+    assert evaluate(RooflinePolicy(), feats, host, machine=machine) == direct
+    with pytest.raises(PolicyError, match="store features"):
+        evaluate(XGBoostPolicy.__new__(XGBoostPolicy), feats, host, machine=machine)
