@@ -21,6 +21,7 @@ import platformdirs
 
 from tvm_ext.base import tvm_api
 from tvm_ext.base.errors import ProbeError
+from tvm_ext.base.host_threads import settle
 from tvm_ext.facts.device import Runtime, Tracker
 from tvm_ext.facts.probe_kernels import fma_chains, stream_copy, stream_read
 from tvm_ext.facts.target import (
@@ -159,6 +160,8 @@ def _best_seconds(func, arrays, min_seconds: float, runtime: Runtime | None = No
     ev = func.time_evaluator(
         func.entry_name, dev, number=1, repeat=7, min_repeat_ms=int(min_seconds * 1000)
     )
+    if runtime is None or runtime.session is None:
+        settle()  # a probe beside a spinning BLAS worker reads low (host_threads)
     # The first timed runs of a fresh thread pool come out up to 1.5x slow (thread start-up,
     # clock ramp): one discarded evaluation warms both.
     ev(*tensors)

@@ -16,6 +16,7 @@ import numpy as np
 
 from tvm_ext.base import tvm_api
 from tvm_ext.base.errors import ParityError
+from tvm_ext.base.host_threads import reference_threads, settle
 from tvm_ext.facts.device import Runtime, Tracker
 from tvm_ext.facts.kernels import Workload, from_func, np_dtype
 from tvm_ext.facts.machine import MachineModel, host_machine
@@ -163,7 +164,9 @@ def _prepare(obj, workload, target, reference, seed, tracker=None, label=None) -
         with runtime.threads_context():
             result = run(lib, arrays, runtime.dev)
         outs = [result[i] for i in workload.outputs]
-        errors = check_parity(outs, workload.reference(arrays), label)
+        with reference_threads():  # no BLAS worker left spinning beside the timing
+            expected = workload.reference(arrays)
+        errors = check_parity(outs, expected, label)
         cost = (workload.flops, workload.min_bytes, workload.dtype)
     elif reference is not None:
         ref_mod = tvm_api.as_module(reference)
@@ -243,6 +246,8 @@ def measure(
     warm = lib.time_evaluator(
         lib.entry_name, runtime.dev, number=1, repeat=1, min_repeat_ms=min_repeat_ms
     )
+    if runtime.session is None:
+        settle()  # the caller's own BLAS/OpenMP workers parked, off the cores we time on
     with runtime.threads_context():
         warm(*tensors)  # warm the thread pool, clocks and caches; discarded
         times = np.array(ev(*tensors).results, dtype=np.float64)

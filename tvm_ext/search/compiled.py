@@ -14,6 +14,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from tvm_ext.base import tvm_api
+from tvm_ext.base.host_threads import reference_threads, settle
 from tvm_ext.facts.measure import check_parity
 from tvm_ext.facts.target import target_cores
 from tvm_ext.schedules import Applied
@@ -82,7 +83,8 @@ class Compiled:
             raise ValueError(
                 f"{self.name}: no reference to check parity against; pass reference= to compile"
             )
-        expected = self.reference(inputs)
+        with reference_threads():  # no BLAS worker left spinning beside a timing
+            expected = self.reference(inputs)
         outs = _as_list(self.run(*inputs))
         return check_parity(outs, _as_list(expected), f"{self.name} ({self.path})")
 
@@ -97,6 +99,7 @@ class Compiled:
         evaluator = self.vm.time_evaluator(
             self.entry, tvm_api.cpu(0), number=1, repeat=repeat, min_repeat_ms=min_repeat_ms
         )
+        settle()  # the caller's own BLAS/OpenMP workers parked, off the cores we time on
         with tvm_api.threads(self.threads):
             result = evaluator(*arguments)
         times = [float(t) for t in result.results]
