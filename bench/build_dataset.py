@@ -60,7 +60,8 @@ def run_one(index: int, trials: int, batch: int, seed: int) -> dict:
     from tvm_ext import host_target
     from tvm_ext.facts.measure import measure
     from tvm_ext.records.logs import log_folder, make_manifest, merge_into_log, run_seconds
-    from tvm_ext.search.stages import best_in, prepare
+    from tvm_ext.search.session import prepare
+    from tvm_ext.search.stages import best_in
     from tvm_ext.search.stock import metaschedule_search
 
     started = time.perf_counter()

@@ -16,7 +16,8 @@ from types import MappingProxyType
 from typing import Mapping, Sequence
 
 from tvm_ext.base.errors import PolicyError
-from tvm_ext.facts.machine import MachineModel, host_machine
+from tvm_ext.facts.machine import host_machine
+from tvm_ext.facts.machine_model import MachineModel
 from tvm_ext.facts.target import as_target, host_target
 
 from .features import CandidateFeatures, features

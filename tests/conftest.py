@@ -82,7 +82,7 @@ def best_machine(host, probes: int = 8):
     import json
 
     from tvm_ext.base import tvm_api
-    from tvm_ext.facts import machine as M
+    from tvm_ext.facts import machine_probes as M
 
     model = host_machine(host)
     with tvm_api.threads(model.cores):

@@ -21,7 +21,7 @@ from tvm_ext import kernels as K
 from tvm_ext import measure
 from tvm_ext.base import tvm_api
 from tvm_ext.facts import isa
-from tvm_ext.facts.machine import Figure, MachineModel
+from tvm_ext.facts.machine_model import Figure, MachineModel
 from tvm_ext.facts.target import lanes_for, target_cores, target_cpu
 from tvm_ext.records.logs import apply_trace
 

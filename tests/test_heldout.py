@@ -23,7 +23,7 @@ from tvm_ext.cost import ServiceProfile, XGBoostPolicy, dataset, heldout
 from tvm_ext.cost.training_data import read_frame
 
 from tvm_ext.faces.cli import DATASET_FILE
-from tvm_ext.facts.machine import MachineModel
+from tvm_ext.facts.machine_model import MachineModel
 
 DATA = pathlib.Path(__file__).resolve().parents[1] / "tuning_logs" / "dataset"
 FROZEN = DATA / "policies"

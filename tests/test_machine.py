@@ -5,6 +5,8 @@ import pytest
 
 import tvm_ext.facts.machine as M
 from tvm_ext.base import tvm_api
+from tvm_ext.facts.machine_model import Figure, MachineModel
+from tvm_ext.facts.target import lanes_for
 
 
 def test_probed_model_is_plausible_and_sourced(machine, host):
@@ -28,7 +30,7 @@ def test_fma_probe_runs_the_chains_it_counts(host):
 
     from tvm_ext.facts.probe_kernels import fma_chains
 
-    chains, lanes = 12, M.lanes_for(host, 32)
+    chains, lanes = 12, lanes_for(host, 32)
     asm = tvm_api.build(tvm_api.IRModule({"main": fma_chains(1, chains, lanes, 1000)}), host)
     text = asm.inspect_source("asm")
     width = {16: "zmm", 8: "ymm", 4: "xmm"}[lanes]
@@ -45,13 +47,13 @@ def test_cache_round_trip_and_corrupt_cache(tmp_path, monkeypatch, machine, host
     calls = []
     monkeypatch.setattr(M, "probe", lambda target: calls.append(1) or machine)
     assert M.host_machine(host) == machine and calls == [1]
-    assert M.MachineModel.from_json(json.loads(path.read_text())) == machine
+    assert MachineModel.from_json(json.loads(path.read_text())) == machine
 
 
 def test_user_overrides(machine):
     model = machine.with_overrides({"peak.float32": 1e11, "bw.dram": 2e10})
     assert model.peaks["float32"].source == "user" and model.peak("float32") == 1e11
-    assert model.bandwidth["dram"] == M.Figure(2e10, "user")
+    assert model.bandwidth["dram"] == Figure(2e10, "user")
     assert model.peaks["int8"] == machine.peaks["int8"]
     for bad in ({"peak": 1.0}, {"bw.l7": 1.0}, {"peak.float32": -1.0}, {"bw.dram": np.nan}):
         with pytest.raises(ValueError, match="override"):

@@ -165,7 +165,7 @@ def _as_run_here(line: str, port: int, key: str) -> tuple[dict, list[str]]:
 @pytest.mark.slow
 def test_readme_farm_commands_work_as_written(host, monkeypatch):
     from tvm_ext.facts import measure as measure_module
-    from tvm_ext.search import stages
+    from tvm_ext.search import session as session_module
 
     commands, python = readme_farm()
     port, key = rpc_farm.free_port(), KEY
@@ -186,10 +186,10 @@ def test_readme_farm_commands_work_as_written(host, monkeypatch):
             probed.append(tracker)
             return generous(real_device_machine(target, tracker))
 
-        real_device_machine = stages.device_machine
-        monkeypatch.setattr(stages, "host_machine", coordinator_model)
+        real_device_machine = session_module.device_machine
+        monkeypatch.setattr(session_module, "host_machine", coordinator_model)
         monkeypatch.setattr(measure_module, "host_machine", coordinator_model)
-        monkeypatch.setattr(stages, "device_machine", device_model)
+        monkeypatch.setattr(session_module, "device_machine", device_model)
         code = python
         cpu = str(host.attrs["mcpu"])
         for old, new in (("<coordinator>", "127.0.0.1"), ("9190", str(port)), ("<board>", key),

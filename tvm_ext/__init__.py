@@ -14,7 +14,8 @@ __version__ = "0.1.0"
 from tvm_ext.base import errors, tvm_api  # noqa: F401
 from tvm_ext.base.errors import ParityError, ScheduleNotApplicable, TuneError, TvmExtError
 from tvm_ext.facts import kernels, models
-from tvm_ext.facts.machine import MachineModel, host_machine
+from tvm_ext.facts.machine import host_machine
+from tvm_ext.facts.machine_model import MachineModel
 from tvm_ext.facts.measure import Measurement, measure
 from tvm_ext.facts.target import cuda_target, generic_target, host_target
 

@@ -19,7 +19,8 @@ from tvm_ext.base.errors import ParityError
 from tvm_ext.base.host_threads import reference_threads, settle
 from tvm_ext.facts.device import Runtime, Tracker
 from tvm_ext.facts.kernels import Workload, from_func, np_dtype
-from tvm_ext.facts.machine import MachineModel, host_machine
+from tvm_ext.facts.machine import host_machine
+from tvm_ext.facts.machine_model import MachineModel
 from tvm_ext.facts.target import as_target, host_target
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ import pathlib
 from tvm_ext.base.errors import NoLogFound, TargetMismatch, WorkloadMismatch
 from tvm_ext.records.logs import MANIFEST_FILE, target_key
 from tvm_ext.schedules.apply import schedule_func
-from tvm_ext.search import model_tasks, stages
+from tvm_ext.search import model_tasks, session, stages
 from tvm_ext.search.compile import Compiled, Timing, cpu_target
 from tvm_ext.search.model_tuner import MODELS_FOLDER, build_model, manifest_path, prepare_model
 
@@ -92,7 +92,7 @@ def _replay_task(found, source: str, target, log_dir, allow_other_target: bool, 
 
     if source == "rule":
         named = found.func.with_attr("global_symbol", found.name)
-        task = stages.prepare(named, target, name=found.name, weights_repacked_once=True)
+        task = session.prepare(named, target, name=found.name, weights_repacked_once=True)
         sch = schedule_func(task.func, target)[0]
         return sch.mod, stages.measure_on_task(task, sch, repeat=repeat).seconds
     r = replay(found.func, target, log_dir, allow_other_target=allow_other_target, repeat=repeat)

@@ -36,6 +36,7 @@ from tvm_ext.records.logs import (
 )
 from tvm_ext.schedules import Applied, Scheduled
 from tvm_ext.schedules.apply import call_counts, schedule_func
+from tvm_ext.search import session as sessions
 from tvm_ext.search import stages
 from tvm_ext.search.pruning import PruneStats
 from tvm_ext.search.replayer import apply_logged_trace, logged_trace
@@ -118,7 +119,7 @@ class ModelTask:
     """A task while the model tuner works on it: its rule seed, bound and incumbent."""
 
     found: FoundTask
-    task: stages.Task  # prepared for the target (machine model, cores)
+    task: sessions.Task  # prepared for the target (machine model, cores)
     rule: str  # the IR rule that scheduled it
     rule_traces: set  # the rule's schedules (traces as text): never a search result
     rule_s: float
@@ -170,7 +171,7 @@ def seed(found: FoundTask, target, machine, log_root) -> ModelTask:
     search's winners are compared as the model runs them.
     """
     named = found.func.with_attr("global_symbol", found.name)
-    task = stages.prepare(named, target, name=found.name, machine=machine,
+    task = sessions.prepare(named, target, name=found.name, machine=machine,
                           weights_repacked_once=True)  # fmt: skip
     sch, rule = schedule_func(task.func, task.target)
     m = stages.measure_on_task(task, sch)
@@ -197,11 +198,11 @@ def seed(found: FoundTask, target, machine, log_root) -> ModelTask:
     return mt
 
 
-def _binding(sch, task: stages.Task) -> str:
+def _binding(sch, task: sessions.Task) -> str:
     return evaluate(RooflinePolicy(), sch, task.target, machine=task.machine).binding
 
 
-def logged_best(folder: pathlib.Path, task: stages.Task):
+def logged_best(folder: pathlib.Path, task: sessions.Task):
     """The best schedule of an existing log of the task (None: no log, or one of another
     workload, which is left alone with a warning)."""
     if not (folder / MANIFEST_FILE).exists():
@@ -213,7 +214,7 @@ def logged_best(folder: pathlib.Path, task: stages.Task):
     return apply_logged_trace(task.func, logged_trace(folder, manifest))
 
 
-def record_schedule(folder, task: stages.Task, sch, m, binding: str) -> None:
+def record_schedule(folder, task: sessions.Task, sch, m, binding: str) -> None:
     """Add ``sch`` with its measured time to the log ``folder`` as a record (unless the log
     already holds that schedule), so a search or a replay starts from it."""
     ms = tvm_api.ms
@@ -263,7 +264,7 @@ def batch_session(tasks: list[ModelTask]):
     one costs seconds of worker start-up (~8 s on a loaded 2-core host), more than a batch of
     small kernels takes. Each batch still gets a work dir (MetaSchedule's database) of its
     own. Closed, with every worker, on exit."""
-    with stages.open_session(tasks[0].task) as shared:
+    with sessions.open_session(tasks[0].task) as shared:
         yield shared
 
 

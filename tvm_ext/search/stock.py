@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 from tvm_ext.base import tvm_api
-from tvm_ext.search.stages import open_session, prepare, run_search
+from tvm_ext.search.session import open_session, prepare
+from tvm_ext.search.stages import run_search
 
 
 def metaschedule_search(

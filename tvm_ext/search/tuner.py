@@ -11,9 +11,10 @@ from typing import Mapping
 from tvm_ext.base import tvm_api
 from tvm_ext.base.errors import PolicyError, TuneError
 from tvm_ext.facts.kernels import Workload
-from tvm_ext.facts.machine import MachineModel
+from tvm_ext.facts.machine_model import MachineModel
 from tvm_ext.facts.measure import Measurement
 from tvm_ext.records.logs import log_folder
+from tvm_ext.search import session as sessions
 from tvm_ext.search import stages
 from tvm_ext.search.pruning import PruneStats
 from tvm_ext.search.remote import unknown_runner_warning
@@ -69,7 +70,7 @@ def tune(
     ``runner`` measures the candidates (default this host). With
     :func:`~tvm_ext.search.remote.rpc_runner` every measurement runs on the devices behind its
     tracker: the candidates, the hand schedule and the winner; the bound then uses
-    ``machine`` (the devices' :class:`~tvm_ext.facts.machine.MachineModel`), else a model
+    ``machine`` (the devices' :class:`~tvm_ext.facts.machine_model.MachineModel`), else a model
     probed on one device once per key and cached. ``machine`` also overrides this host's model.
     When candidates were sent and none could be measured (no device, every build failing),
     a :class:`~tvm_ext.base.errors.TuneError` says how many failed and why; ``stats["failed"]``
@@ -95,11 +96,11 @@ def tune(
         raise TypeError(f"tune() of one kernel takes no {sorted(model_options)}")
     stages.checked_trials(trials)
     unknown_runner_warning(runner)
-    task = stages.prepare(mod, target, workload, machine=machine, runner=runner)
+    task = sessions.prepare(mod, target, workload, machine=machine, runner=runner)
     policy, bound_policy = policies(policy)
     folder = log_folder(log_dir, task.target, task.func) if log_dir is not None else None
     stats = PruneStats()
-    with stages.open_session(task, work_dir, runner) as session:
+    with sessions.open_session(task, work_dir, runner) as session:
         seeded, chosen = run_stages(task, session, folder, (policy, bound_policy), stats,
                                     trials=trials, batch=batch, seed=seed, audit=audit,
                                     progress=progress, use_hand=hand_schedule)  # fmt: skip
