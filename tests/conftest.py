@@ -83,6 +83,7 @@ def best_machine(host, probes: int = 8):
 
     from tvm_ext.base import tvm_api
     from tvm_ext.facts import machine_probes as M
+    from tvm_ext.facts.machine import cache_path
 
     model = host_machine(host)
     with tvm_api.threads(model.cores):
@@ -100,7 +101,7 @@ def best_machine(host, probes: int = 8):
         model = dataclasses.replace(
             model, fma_latency=dataclasses.replace(model.fma_latency, value=latency)
         )
-    path = M.cache_path(host)
+    path = cache_path(host)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(model.to_json(), indent=2))
     tmp.replace(path)

@@ -18,7 +18,7 @@ from tvm_ext import kernels as K
 from tvm_ext.base import tvm_api
 from tvm_ext.base.errors import TuneError
 from tvm_ext.records.logs import find_logs, read_manifest, run_seconds
-from tvm_ext.search import stages
+from tvm_ext.search import session
 from tvm_ext.search.testing import FailingBuilder
 
 ms = tvm_api.ms
@@ -86,7 +86,7 @@ def test_tracker_without_a_server_for_the_key(host, private_tmp):
 def test_every_build_failing_raises_and_keeps_the_log(host, tmp_path, private_tmp, monkeypatch):
     message = "PersistentBuilder: RuntimeError('injected build failure')"
     failing = functools.partial(FailingBuilder, message=message)
-    monkeypatch.setattr(stages, "PersistentBuilder", failing)
+    monkeypatch.setattr(session, "PersistentBuilder", failing)
     func = W.func.with_attr("global_symbol", "my_matmul")
     # No hand schedule: its time (the initial cut) could drop every candidate before a build
     # on this noisy shared host, and a tune that sends nothing has nothing failing.
@@ -106,7 +106,7 @@ def test_every_build_failing_raises_and_keeps_the_log(host, tmp_path, private_tm
 
 
 def test_a_user_function_is_named_as_the_user_named_it(host, private_tmp, monkeypatch):
-    monkeypatch.setattr(stages, "PersistentBuilder", FailingBuilder)
+    monkeypatch.setattr(session, "PersistentBuilder", FailingBuilder)
     te = tvm_api.te
     x, y = te.placeholder((64,), name="x"), te.placeholder((64,), name="y")
     z = te.compute((64,), lambda i: x[i] * 2.0 + y[i], name="z")  # not a suite kernel
@@ -122,7 +122,7 @@ def test_a_tune_that_fails_early_leaves_no_work_dir(host, private_tmp, monkeypat
     def no_workers(*args, **kwargs):
         raise RuntimeError("no build workers today")
 
-    monkeypatch.setattr(stages, "PersistentBuilder", no_workers)
+    monkeypatch.setattr(session, "PersistentBuilder", no_workers)
     with pytest.raises(RuntimeError, match="no build workers today"):
         tvm_ext.tune(W.func, host, trials=2, progress=False)
     # private_tmp checks: no tvm-ext-tune-* folder, no process left

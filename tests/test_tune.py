@@ -205,12 +205,12 @@ def test_tune_takes_a_workload(host):
 
 def test_tune_bounds_and_measures_with_the_machine_it_is_given(host, machine, monkeypatch):
     import tvm_ext
-    from tvm_ext.search import stages
+    from tvm_ext.search import session
 
     def this_hosts_model(*args, **kwargs):
         raise AssertionError("tune() used this host's model although one was given")
 
-    monkeypatch.setattr(stages, "host_machine", this_hosts_model)
+    monkeypatch.setattr(session, "host_machine", this_hosts_model)
     given = machine.with_overrides({"peak.float32": 10 * machine.peak("float32")})
     w = K.matmul(32, 32, 32)
     r = tvm_ext.tune(w, host, trials=2, batch=2, seed=0, progress=False, machine=given)
