@@ -148,24 +148,26 @@ def measure_all(name: str, traces: list, repeat: int, limit_s: float = 180.0) ->
     out = tmp / "rows.jsonl"
     results: dict[int, dict] = {}
     start = 0
-    while start < len(traces):
-        cmd = [sys.executable, __file__, "--child", name, "--traces", str(tmp / "traces.json"),
-               "--out", str(out), "--start", str(start), "--repeat", str(repeat)]  # fmt: skip
-        returncode = _watch(cmd, out, limit_s)
-        started = None
-        for line in out.read_text().splitlines():
-            row = json.loads(line)
-            if row["status"] == "started":
-                started = row["index"]
-            else:
-                results[row["index"]] = row
-        if returncode == 0:
-            break
-        crashed = started if started is not None and started not in results else start
-        status = "timeout" if returncode == -9 else "crashed"
-        results[crashed] = {"index": crashed, "status": status, "rc": returncode}
-        start = max(results) + 1
-    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        while start < len(traces):
+            cmd = [sys.executable, __file__, "--child", name, "--traces", str(tmp / "traces.json"),
+                   "--out", str(out), "--start", str(start), "--repeat", str(repeat)]  # fmt: skip
+            returncode = _watch(cmd, out, limit_s)
+            started = None
+            for line in out.read_text().splitlines():
+                row = json.loads(line)
+                if row["status"] == "started":
+                    started = row["index"]
+                else:
+                    results[row["index"]] = row
+            if returncode == 0:
+                break
+            crashed = started if started is not None and started not in results else start
+            status = "timeout" if returncode == -9 else "crashed"
+            results[crashed] = {"index": crashed, "status": status, "rc": returncode}
+            start = max(results) + 1
+    finally:  # also when interrupted: no folder left in /tmp
+        shutil.rmtree(tmp, ignore_errors=True)
     return [results.get(i, {"index": i, "status": "missing"}) for i in range(len(traces))]
 
 
