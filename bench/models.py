@@ -30,8 +30,8 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 
 import pandas as pd  # noqa: E402
-from _common import cpu_name, time_callable, write_section  # noqa: E402
-from threadpoolctl import threadpool_info, threadpool_limits  # noqa: E402
+from _common import blas_report, cpu_name, time_callable, write_section  # noqa: E402
+from threadpoolctl import threadpool_limits  # noqa: E402
 
 import tvm_ext  # noqa: E402
 from tvm_ext import models  # noqa: E402
@@ -41,27 +41,6 @@ from tvm_ext.facts.target import target_cpu  # noqa: E402
 from tvm_ext.search.compile import compile_untuned  # noqa: E402
 
 COLUMNS = ["TVM untuned", "ours", "torch eager", "torch.compile", "onnxruntime"]
-
-
-def blas_report() -> str:
-    """Which BLAS (with its CPU kernel) and OpenMP libraries are loaded, with their threads, and
-    the kernel level torch dispatches to (its own MKL/oneDNN are not visible to threadpoolctl)."""
-    rows = []
-    for lib in threadpool_info():
-        parts = [lib["internal_api"], lib.get("version"), lib.get("architecture")]
-        name = " ".join(p for p in parts if p)
-        rows.append(f"{name} ({lib['num_threads']} threads, {os.path.basename(lib['filepath'])})")
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        rows.append(f"torch {torch.__version__} CPU capability {_torch_capability(torch)}")
-    return "; ".join(rows) or "none loaded"
-
-
-def _torch_capability(torch) -> str:
-    try:
-        return str(torch.backends.cpu.get_cpu_capability())
-    except AttributeError:  # older torch
-        return "unknown"
 
 
 def torch_contenders(model, cores: int, use_compile: bool):

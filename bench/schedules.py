@@ -14,13 +14,14 @@ import time
 
 import numpy as np
 import pandas as pd
-from _common import time_callable, write_section
+from _common import blas_report, time_callable, write_section
 from threadpoolctl import threadpool_limits
 
 from tvm_ext import host_machine, host_target, measure
 from tvm_ext import kernels as K
 from tvm_ext import schedules as S
 from tvm_ext.base.tvm_api import physical_cores
+from tvm_ext.facts.target import target_cpu
 
 WORKLOADS = [
     ("matmul 256x256x32", K.matmul(256, 256, 32)),
@@ -133,14 +134,20 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="four workloads only")
     parser.add_argument("--no-readme", action="store_true", help="do not update bench/README.md")
     args = parser.parse_args()
+    mcpu = target_cpu(host_target())
+    print(f"LLVM mcpu={mcpu}; BLAS: {blas_report()}", flush=True)
     table = run(args.quick)
     print(table.to_string(index=False, float_format=lambda x: f"{x:.2f}"))
     if not args.no_readme:
         cores = physical_cores()
+        flags = " --quick" if args.quick else ""
         write_section(
             "schedules",
             f"### Hand schedules vs numpy and torch ({cores} threads each, "
-            "GFLOP/s, median of 3 interleaved rounds)",
+            f"GFLOP/s, median of 3 interleaved rounds; LLVM mcpu={mcpu})\n\n"
+            f"BLAS: {blas_report()}.\n\n"
+            "`env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python "
+            f"bench/schedules.py{flags}`",
             table,
         )
 
