@@ -297,6 +297,30 @@ def freeze_corpus(data: dict, count: int) -> None:
     print(f"froze {len(chosen)} candidates into {CORPUS}")
 
 
+def day_probe(target) -> dict:
+    """This host's fp32 peak (GFLOP/s) and FMA latency (ns) as it runs now."""
+    from tvm_ext.base import tvm_api
+    from tvm_ext.facts.machine_probes import probe_fma_latency, probe_fp32_peak
+    from tvm_ext.facts.target import target_cores
+
+    cores = target_cores(target)
+    with tvm_api.threads(cores):
+        peak = max(probe_fp32_peak(target, cores) for _ in range(3))
+        latency = min(probe_fma_latency(target) for _ in range(3))
+    return {"fp32_peak_gflops": round(peak / 1e9, 1), "fma_latency_ns": round(latency * 1e9, 3)}
+
+
+def _day_probe_text(data: dict) -> str:
+    probe = data.get("day_probe")
+    if not probe:
+        return ""
+    return (
+        f"The host at the start of the run: fp32 peak {probe['fp32_peak_gflops']} GFLOP/s, "
+        f"FMA latency {probe['fma_latency_ns']} ns (the bounds price `{data['mcpu']}`'s "
+        "fastest part at its top clock, so ratios move with the host's speed).\n\n"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--per-workload", type=int, default=55)
@@ -342,6 +366,9 @@ def main() -> None:
             "command": " ".join(sys.argv),
             "repeat": args.repeat,
             "load_average": {"start": os.getloadavg()},
+            # How fast the host ran that day: the bounds price the fastest part of the CPU
+            # model at its top clock, so ratios move with the host (best of 3 probes each).
+            "day_probe": day_probe(target),
             "rows": [],
         }
         for name in args.workloads:
@@ -371,7 +398,8 @@ def main() -> None:
             f"{data['cores']} threads, min of {data.get('repeat', args.repeat)} timed repeats; "
             f"LLVM CPU `{data['mcpu']}`; load average {load['start'][0]:.1f} at the start, "
             f"{load.get('end', load['start'])[0]:.1f} at the end)\n\n"
-            f"Measured with `{data['command']}`"
+            + _day_probe_text(data)
+            + f"Measured with `{data['command']}`"
             + (f" ({data['priced']} with `--rebound`)" if data.get("priced") else "")
             + '. measured/bound < 1 is a violation; "cut at best" is the share of candidates '
             "whose bound is at least the workload's best measured time; failed: a build, run or "
