@@ -221,7 +221,10 @@ def measure(
 
     The reference is ``workload``'s numpy reference; else that of the suite workload the
     function was built from (it carries it as an attribute through scheduling); else
-    ``reference``, an unscheduled PrimFunc/IRModule run on the same random inputs. Timing runs
+    ``reference``, an unscheduled PrimFunc/IRModule run on the same random inputs. A numpy
+    reference runs with BLAS at one thread, and on this host the timing first waits until no
+    other thread of the process burns CPU (:mod:`tvm_ext.base.host_threads`: a BLAS worker
+    left spinning by a reference took a core from the kernel). Timing runs
     with the target's ``num-cores`` threads. With ``tracker`` the module runs and is timed on
     one of its devices (with the threads its server runs), and the fractions of peak use
     ``machine`` only (the devices' model; none is assumed). ``label`` names the kernel in
