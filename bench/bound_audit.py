@@ -300,13 +300,12 @@ def freeze_corpus(data: dict, count: int) -> None:
 def day_probe(target) -> dict:
     """This host's fp32 peak (GFLOP/s) and FMA latency (ns) as it runs now."""
     from tvm_ext.base import tvm_api
-    from tvm_ext.facts.machine_probes import probe_fma_latency, probe_fp32_peak
+    from tvm_ext.facts.machine_probes import best_compute
     from tvm_ext.facts.target import target_cores
 
     cores = target_cores(target)
     with tvm_api.threads(cores):
-        peak = max(probe_fp32_peak(target, cores) for _ in range(3))
-        latency = min(probe_fma_latency(target) for _ in range(3))
+        peak, latency = best_compute(target, cores)
     return {"fp32_peak_gflops": round(peak / 1e9, 1), "fma_latency_ns": round(latency * 1e9, 3)}
 
 

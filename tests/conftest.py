@@ -82,13 +82,12 @@ def best_machine(host, probes: int = 8):
     import json
 
     from tvm_ext.base import tvm_api
-    from tvm_ext.facts import machine_probes as M
     from tvm_ext.facts.machine import cache_path
+    from tvm_ext.facts.machine_probes import best_compute
 
     model = host_machine(host)
     with tvm_api.threads(model.cores):
-        fp32 = max(M.probe_fp32_peak(host, model.cores) for _ in range(probes))
-        latency = min(M.probe_fma_latency(host) for _ in range(max(probes // 2, 1)))
+        fp32, latency = best_compute(host, model.cores, probes, max(probes // 2, 1))
     scale = fp32 / model.peaks["float32"].value
     if scale <= 1 and latency >= model.fma_latency.value:
         return model

@@ -101,6 +101,18 @@ def probe_fma_latency(target, steps: int = 2_000_000, runtime: Runtime | None = 
     return seconds / steps
 
 
+def best_compute(target, cores: int, probes: int = 3, latency_probes: int | None = None,
+                 runtime: Runtime | None = None) -> tuple[float, float]:  # fmt: skip
+    """(fp32 FLOP/s, FMA latency s): the best of ``probes`` peak probes and of
+    ``latency_probes`` (default ``probes``) latency probes. A peak is the best the machine
+    sustains: on a shared host a neighbour can hold a core for a whole probe."""
+    fp32 = max(probe_fp32_peak(target, cores, runtime=runtime) for _ in range(probes))
+    latency = min(
+        probe_fma_latency(target, runtime=runtime) for _ in range(latency_probes or probes)
+    )
+    return fp32, latency
+
+
 def probe_copy_bandwidth(target, cores: int, nbytes: int, lanes: int = 16) -> float:
     """byte/s of a streaming copy whose two arrays together hold about ``nbytes`` (counting
     8 bytes per element, as STREAM does: the write-allocate read is not counted)."""
@@ -144,8 +156,7 @@ def probe(target=None) -> MachineModel:
     with tvm_api.threads(cores):
         # A peak is the best the machine sustains: on a shared host a neighbour can hold a
         # core for a whole probe, so each figure is the best of a few independent probes.
-        fp32 = max(probe_fp32_peak(target, cores) for _ in range(3))
-        latency = min(probe_fma_latency(target) for _ in range(3))
+        fp32, latency = best_compute(target, cores)
         # Bandwidth is the faster of a streaming read and a STREAM copy: a copy's uncounted
         # write-allocate traffic lets read-heavy kernels beat it, and a roof must not be beaten.
         llc_bw = max(
@@ -211,8 +222,7 @@ def probe_device(target, tracker: Tracker) -> MachineModel:
     target = as_target(target)
     runtime = Runtime(target, tracker)
     cores = target_cores(target)
-    fp32 = max(probe_fp32_peak(target, cores, runtime=runtime) for _ in range(3))
-    latency = min(probe_fma_latency(target, runtime=runtime) for _ in range(3))
+    fp32, latency = best_compute(target, cores, runtime=runtime)
     for name, value in (("fp32 peak", fp32), ("FMA latency", latency)):
         if not np.isfinite(value) or value <= 0:
             raise ProbeError(f"{name} probe on {tracker.where} returned {value!r}")
