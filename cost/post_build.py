@@ -44,6 +44,30 @@ Hence ``sum over blocks of FLOPs_b / (cores_used_b x per-cycle FLOPs x max boost
 more than the time of any run. No figure here is probed: nothing a busy host does can make
 the arm read high.
 
+The ports' arms (``machine_code.loads``, ``.load_bytes``, ``.stores``, ``.store_bytes``,
+``.vector_ops``)
+---------------------------------------------------------------------------------------------
+Under 1.'s premises every counted FLOP is done by an arithmetic instruction of the module, and
+so inside one of its basic blocks. :func:`tvm_ext.facts.machine_blocks.block_costs` reads, per
+block, the most FLOPs one run of it can do (its capacity: arithmetic at 2.'s count, and every
+logic instruction that could carry out a sign or absolute-value FLOP at 16-bit lanes) and what
+the run asks of the core: load slots (a gather under an all-ones mask one per element), bytes
+loaded by full-width vector loads, store slots and bytes, and instructions that occupy a vector
+pipe. Whatever blocks run how often, the whole run asks at least ``per_flop x F`` of each, with
+``per_flop`` the smallest demand-to-capacity ratio over the blocks that can do FLOPs and ``F``
+the counted FLOPs (the docstring of :mod:`tvm_ext.facts.machine_blocks`). A core serves at most
+:func:`tvm_ext.facts.isa.port_limits` of each per cycle (four loads, 128 bytes loaded, two
+stores, 128 bytes stored, four computing vector instructions on any core the tables name; a
+gather's elements each take a load slot) at no more than the fastest boost; the busiest core
+takes its blocks' shares as in 5. So ``per_flop x (sum over blocks of F_b / cores_used_b) /
+(limit x max boost)`` bounds every run. Only what the code shows is counted: a load or store of
+unknown width counts no bytes, moves between registers and zeroing idioms (a renamer may
+eliminate them) and instructions whose pipe differs by core (conversions, inserts, extracts,
+broadcasts, gathers, mask instructions) count no pipe. A general-register ``xor``/``and``/
+``or``/``bt*`` with a float's sign mask (a FLOP done outside the vector unit) voids the arms.
+This reads a hot loop that is load-bound (a spilled register tile reloaded every step, a
+column gathered element by element) where ``machine_code.compute`` sees only FMAs.
+
 The dependency arm at the code's chain width
 -------------------------------------------
 The policy's dependency arm lets one step of a reduction chain carry up to ``max_lanes``
@@ -106,7 +130,15 @@ from types import MappingProxyType
 from typing import Mapping, NamedTuple
 
 from tvm_ext.base.errors import PolicyError
-from tvm_ext.facts.isa import FMA_PIPES, FP_PIPES, MAX_BOOST_GHZ, fma_lanes_per_cycle, max_boost_hz
+from tvm_ext.facts.isa import (
+    FMA_PIPES,
+    FP_PIPES,
+    MAX_BOOST_GHZ,
+    fma_lanes_per_cycle,
+    max_boost_hz,  # fmt: skip
+    port_limits,
+)
+from tvm_ext.facts.machine_blocks import RESOURCES
 from tvm_ext.facts.machine_code import CodeFacts
 
 from .features import CandidateFeatures
@@ -144,20 +176,41 @@ def why_no_arm(c: CandidateFeatures, code: CodeFacts) -> str | None:
     return None
 
 
+def core_flops(c: CandidateFeatures) -> float | None:
+    """The FLOPs the busiest core must do (5. of the proof): each block's counted FLOPs over
+    the cores its parallel loops can occupy, summed; None without a count."""
+    counted = [b for b in c.blocks if b.unique_flops is not None]
+    if c.blocks and len(counted) == len(c.blocks):
+        return sum(b.unique_flops / b.cores_used for b in counted)
+    if c.flops is None:
+        return None
+    opaque = [b.cores_used for b in c.blocks if b.unique_flops is None]
+    return c.flops / (max(opaque) if opaque else float(c.cores))
+
+
 def machine_code_arm(c: CandidateFeatures, code: CodeFacts, cpu: str) -> float | None:
     """Seconds no run of the built candidate can beat (the module docstring's proof), or None
     when its premises do not hold (:func:`why_no_arm`)."""
     if why_no_arm(c, code) is not None:
         return None
-    per_core = flops_per_cycle(code, cpu) * max_boost_hz(cpu)
-    counted = [b for b in c.blocks if b.unique_flops is not None]
-    if c.blocks and len(counted) == len(c.blocks):
-        return sum(b.unique_flops / (b.cores_used * per_core) for b in counted)
-    if c.flops is None:
-        return None
-    opaque = [b.cores_used for b in c.blocks if b.unique_flops is None]
-    cores = max(opaque) if opaque else float(c.cores)
-    return c.flops / (cores * per_core)
+    work = core_flops(c)
+    return None if work is None else work / (flops_per_cycle(code, cpu) * max_boost_hz(cpu))
+
+
+def port_arms(c: CandidateFeatures, code: CodeFacts, cpu: str) -> dict[str, float]:
+    """The ports' arms (``machine_code.loads``, ``.load_bytes``, ``.stores``,
+    ``.store_bytes``, ``.vector_ops``: see the module docstring), empty when their premises
+    do not hold."""
+    if not code.per_flop or code.gpr_sign or why_no_arm(c, code) is not None:
+        return {}
+    work = core_flops(c)
+    if work is None:
+        return {}
+    work = max(0.0, work - code.once_cap)  # the blocks that run once may do these on a core
+    hz = max_boost_hz(cpu)
+    return {f"machine_code.{name}": ratio * work / (limit * hz)
+            for name, ratio, limit in zip(RESOURCES, code.per_flop, port_limits(cpu))
+            if ratio > 0}  # fmt: skip
 
 
 def capped_arms(policy, c: CandidateFeatures, code: CodeFacts,
@@ -329,7 +382,8 @@ def phases_arm(policy, c: CandidateFeatures, code: CodeFacts, cpu: str,
         own = [chains[i] for i in index]
         best = max(arms.values(), default=0.0)
         if all(b.unique_flops is not None for b in sub.blocks):
-            best = max(best, machine_code_arm(sub, code, cpu) or 0.0)
+            best = max(best, machine_code_arm(sub, code, cpu) or 0.0,
+                       *port_arms(sub, code, cpu).values())  # fmt: skip
             capped = capped_arms(policy, sub, code, coefficients)
             best = max([best] + [t for name, t in capped.items()
                                  if name.split("@")[0] in _PER_BLOCK])  # fmt: skip
@@ -356,6 +410,7 @@ def post_build_cost(
     arm = machine_code_arm(c, code, cpu)
     if arm is not None:
         new[ARM] = arm
+    new |= port_arms(c, code, cpu)
     steps = chain_step_arm(c, code, cpu)
     if steps is not None and steps > stage1.arms.get("compute", 0.0):
         new["compute@chain"] = steps

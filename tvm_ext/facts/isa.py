@@ -24,6 +24,11 @@ from the vendors' optimization manuals and published instruction tables:
   (Zen 5: four loads, two 512-bit; Golden Cove: three loads, two 512-bit; two stores on every
   core the tables name, :func:`stores_per_cycle`; a gather or scatter takes one load or store
   slot per element);
+- every vector instruction that computes (floating-point or integer arithmetic, logic,
+  shuffles, blends, compares) issues to a vector execution pipe, and no core has more than
+  ``FP_PIPES`` of them (Zen 4 and Zen 5: the four pipes of the FP unit carry all SIMD
+  arithmetic, stores and register transfers using two more; Golden Cove: ports 0, 1 and 5;
+  Lion Cove and Skymont: four), :func:`port_limits`;
 - a program holds at most ``REGISTER_BYTES`` of data in registers (what it can name: 32 zmm
   registers of 64 bytes, 16 general registers of 8, 8 mask registers of 8 and 8 x87 registers
   of 10, 2320 bytes, rounded up; renamed physical registers cannot carry a value the program
@@ -149,6 +154,16 @@ def stores_per_cycle(cpu: str) -> int:
     """Stores ``cpu`` issues per cycle at most: ``STORES_PER_CYCLE`` on the cores the tables
     name; a CPU they do not name may be a later E-core with more store ports, so twice that."""
     return STORES_PER_CYCLE if cpu in MAX_BOOST_GHZ else 2 * STORES_PER_CYCLE
+
+
+def port_limits(cpu: str) -> tuple[float, float, float, float, float]:
+    """Per cycle, the most loads, load bytes, stores, store bytes and computing vector
+    instructions one core of ``cpu`` issues (the order of
+    :data:`tvm_ext.facts.machine_blocks.RESOURCES`). A CPU the tables do not name may be a
+    later core with wider ports: twice each."""
+    scale = 1 if cpu in MAX_BOOST_GHZ else 2
+    return (LOADS_PER_CYCLE * scale, LOAD_BYTES_PER_CYCLE * scale, stores_per_cycle(cpu),
+            STORE_BYTES_PER_CYCLE * scale, FP_PIPES * scale)  # fmt: skip
 
 
 def reorder_window(cpu: str) -> int:

@@ -22,7 +22,10 @@ function of the module:
   ``movq __TVMBackendParallelLaunch@GOTPCREL(%rip), %rax; callq *(%rax)``) can only reach a
   function whose address the module itself takes (code has no other way to name one), so
   it is unknown exactly when the module refers to a global symbol outside that list;
-- counts of FMA instructions, vector loads, stores and stack spills (``(%rsp)`` stores).
+- counts of FMA instructions, vector loads, stores and stack spills (``(%rsp)`` stores);
+- ``per_flop``: per basic block, the loads, load bytes, stores, store bytes and vector-pipe
+  instructions for each FLOP the block can do, the smallest over the blocks
+  (:mod:`tvm_ext.facts.machine_blocks`).
 
 and, from the module's optimized LLVM IR (:func:`read_module`), how many elements a step of a
 reduction chain processes (:mod:`tvm_ext.facts.ir_chains`).
@@ -37,23 +40,12 @@ import logging
 import re
 from dataclasses import dataclass, replace
 
+from .asm_text import FP_STEM_X87, REG_BITS, fp_elements, no_arith, vector_registers
 from .ir_chains import chain_facts
+from .machine_blocks import block_costs
 
 log = logging.getLogger(__name__)
 
-# Register width in bits.
-_REG_BITS = {"xmm": 128, "ymm": 256, "zmm": 512}
-_REG = re.compile(r"\b([xyz]mm)\d+\b")
-# Element type of a floating-point instruction, from its suffix.
-_FP_SUFFIX = (("ps", 32, True), ("pd", 64, True), ("ph", 16, True), ("ss", 32, False),
-              ("sd", 64, False), ("sh", 16, False))  # fmt: skip
-# Stems (after the leading "v" and before the suffix) that do no floating-point arithmetic.
-_NO_ARITH = ("mov", "broadcast", "shuf", "perm", "unpck", "blend", "xor", "and", "or",
-             "extract", "insert", "gather", "scatter", "compress", "expand", "cmp", "cvt",
-             "ucomi", "comi", "test", "fpclass", "maskmov")  # fmt: skip
-# Legacy SSE (no VEX prefix: CPUs without AVX) arithmetic; every other FP form starts with "v".
-_SSE_ARITH = re.compile(r"^(add|sub|mul|div|sqrt|max|min|rcp|rsqrt|round|hadd|hsub|addsub|dp)"
-                        r"(ps|pd|ss|sd)$")  # fmt: skip
 _FMA_CLASS = ("fmadd", "fmsub", "fnmadd", "fnmsub", "mul")
 _DOT = re.compile(r"^(v?pdp(busd|bssd|wssd|wusd|wuud|bsud|buud)s?|v?dpbf16ps|v?dpph|tdp\w+)")
 _INT_ARITH = re.compile(r"^vp(add|sub|mul|madd|sad|avg|min|max|abs|sll|srl|sra)")
@@ -70,7 +62,6 @@ _SYMBOL = re.compile(
     r"(?<![\w.$])([A-Za-z_$][\w$.]*)(?:@\w+)?\(%rip\)|(?<![\w.$])([A-Za-z_$][\w$.]*)@PLT"
 )
 _DIRECT = re.compile(r"^([A-Za-z_$][\w$.]*(?:@PLT)?)$")
-_FP_STEM_X87 = re.compile(r"^f(add|sub|subr|mul|div|divr|sqrt)p?$")
 
 
 @dataclass(frozen=True)
@@ -89,6 +80,12 @@ class CodeFacts:
     vector_loads: int  # instructions reading memory into a vector register
     vector_stores: int  # instructions writing a vector register to memory
     spills: int  # stores to the stack frame
+    # The smallest demand per FLOP of capacity over the basic blocks that can do FLOPs, of
+    # (loads, load bytes, stores, store bytes, vector-pipe instructions); () where no block
+    # can (facts.machine_blocks). gpr_sign: a general-register sign trick was seen.
+    per_flop: tuple = ()
+    gpr_sign: bool = False
+    once_cap: float = 0.0  # FLOPs the blocks left out of per_flop (run once a call) can do
     # From the optimized LLVM IR (facts.ir_chains.chain_facts; -1: the IR was not read): the
     # most elements a possible reduction chain step of each class processes (0: none found).
     chain_add_lanes: int = -1
@@ -127,31 +124,6 @@ class CodeFacts:
         return cls(**{k: frozen(v) for k, v in data.items()})
 
 
-def _fp_elements(mnemonic: str, operands: str) -> tuple[int, str] | None:
-    """(elements, stem) of a floating-point SSE/AVX instruction, else None."""
-    if mnemonic.startswith("v"):
-        body = mnemonic[1:]
-    elif _SSE_ARITH.match(mnemonic):
-        body = mnemonic
-    else:
-        return None
-    # AT&T prints an explicit width on some memory forms ("vcvtps2phx", "...psy"): drop it.
-    for suffix, bits, packed in _FP_SUFFIX:
-        for tail in (suffix, suffix + "x", suffix + "y", suffix + "z"):
-            if body.endswith(tail) and len(body) > len(tail):
-                stem = body[: -len(tail)]
-                if not packed:
-                    return 1, stem
-                widths = [_REG_BITS[r] for r in _REG.findall(operands)]
-                reg = max(widths) if widths else 128
-                return reg // bits, stem
-    return None
-
-
-def _no_arith(stem: str) -> bool:
-    return stem.startswith(_NO_ARITH) or stem.endswith(("movs", "mov"))
-
-
 def read_assembly(text: str) -> CodeFacts:
     """Read :class:`CodeFacts` off LLVM's x86-64 assembly of a module (AT&T syntax)."""
     functions, calls = [], []
@@ -185,7 +157,7 @@ def read_assembly(text: str) -> CodeFacts:
         if _DOT.match(mnemonic):
             dot.append(mnemonic)
             continue
-        regs = _REG.findall(operands)
+        regs = vector_registers(operands)
         dest = operands.rsplit(",", 1)[-1]  # AT&T: the destination is the last operand
         if regs and "(" in dest:
             stores += 1
@@ -196,15 +168,15 @@ def read_assembly(text: str) -> CodeFacts:
             spills += 1
         int_match = _INT_ARITH.match(mnemonic)
         if int_match and regs:
-            reg = max(_REG_BITS[r] for r in regs)
+            reg = max(REG_BITS[r] for r in regs)
             elem = _INT_ELEM.get(mnemonic.rstrip("xyz")[-1], 8)
             int_lanes = max(int_lanes, reg // elem)
             continue
-        if _FP_STEM_X87.match(mnemonic):  # x87 arithmetic: scalar, not on the FMA pipes
+        if FP_STEM_X87.match(mnemonic):  # x87 arithmetic: scalar, not on the FMA pipes
             fp_arith, fp_lanes, fma_only = fp_arith + 1, max(fp_lanes, 1), False
             continue
-        fp = _fp_elements(mnemonic, operands)
-        if fp is None or _no_arith(fp[1]):
+        fp = fp_elements(mnemonic, operands)
+        if fp is None or no_arith(fp[1]):
             continue
         elements, stem = fp
         fp_arith += 1
@@ -214,6 +186,7 @@ def read_assembly(text: str) -> CodeFacts:
         elif not stem.startswith("mul"):
             fma_only = False
     own = set(functions)
+    costs = block_costs(text)
 
     def unknown(name: str) -> bool:
         return name.removesuffix("@PLT") not in own and not _RUNTIME_CALL.match(name)
@@ -235,6 +208,9 @@ def read_assembly(text: str) -> CodeFacts:
         vector_loads=loads,
         vector_stores=stores,
         spills=spills,
+        per_flop=costs.per_flop,
+        gpr_sign=costs.gpr_sign,
+        once_cap=costs.once_cap,
     )
 
 
