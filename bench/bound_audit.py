@@ -404,7 +404,11 @@ def main() -> None:
             "whose bound is at least the workload's best measured time; failed: a build, run or "
             'parity failure, or a candidate stopped after minutes of one run. "stage 2" '
             "columns (with `--stage2`): the bound after the build, read off the machine code "
-            "(the widest floating-point instruction) and the optimized LLVM IR (each "
+            "(the widest floating-point instruction; per basic block, the load and store "
+            "slots and bytes and the vector-pipe instructions it needs for each FLOP it can "
+            "do, a counted loop priced with the blocks around it: `machine_code.loads`, "
+            "`.load_bytes`, `.stores`, `.store_bytes`, `.vector_ops`) and the optimized LLVM "
+            "IR (each "
             "reduction chain's width by the buffer it is stored to, one accumulator at a time "
             "or not, still a loop or not), which the cut applies before the run. `phases`: "
             "the parallel bodies run one after the other, their arms add (`@code`: with the "
