@@ -49,24 +49,28 @@ The ports' arms (``machine_code.loads``, ``.load_bytes``, ``.stores``, ``.store_
 ---------------------------------------------------------------------------------------------
 Under 1.'s premises every counted FLOP is done by an arithmetic instruction of the module, and
 so inside one of its basic blocks. :func:`tvm_ext.facts.machine_blocks.block_costs` reads, per
-block, the most FLOPs one run of it can do (its capacity: arithmetic at 2.'s count, and every
-logic instruction that could carry out a sign or absolute-value FLOP at 16-bit lanes) and what
-the run asks of the core: load slots (a gather under an all-ones mask one per element), bytes
-loaded by full-width vector loads, store slots and bytes, and instructions that occupy a vector
-pipe. Whatever blocks run how often, the whole run asks at least ``per_flop x F`` of each, with
-``per_flop`` the smallest demand-to-capacity ratio over the blocks that can do FLOPs and ``F``
-the counted FLOPs (the docstring of :mod:`tvm_ext.facts.machine_blocks`). A core serves at most
+block, the most FLOPs one run of it can do (its capacity: arithmetic at 2.'s count; logic and
+compares, which could carry out a sign operation or a max, at 16-bit lanes) and what the run
+asks of the core: load slots (a gather under an all-ones mask one per element), bytes loaded by
+full-width vector loads, store slots and bytes, and instructions that occupy a vector pipe. A
+single-block counted loop whose trip count the code states is priced with the block that
+enters it (and the one it exits to, when nothing else enters either); the blocks an entry
+function runs at most once per call are set apart, with their capacity ``once_cap``
+(:mod:`tvm_ext.facts.asm_loops`). Whatever blocks run how often, a core that does ``F``
+counted FLOPs asks at least ``per_flop x (F - once_cap)`` of each, with ``per_flop`` the
+smallest demand-to-capacity ratio over those groups (the docstring of
+:mod:`tvm_ext.facts.machine_blocks`). A core serves at most
 :func:`tvm_ext.facts.isa.port_limits` of each per cycle (four loads, 128 bytes loaded, two
 stores, 128 bytes stored, four computing vector instructions on any core the tables name; a
 gather's elements each take a load slot) at no more than the fastest boost; the busiest core
-takes its blocks' shares as in 5. So ``per_flop x (sum over blocks of F_b / cores_used_b) /
-(limit x max boost)`` bounds every run. Only what the code shows is counted: a load or store of
-unknown width counts no bytes, moves between registers and zeroing idioms (a renamer may
-eliminate them) and instructions whose pipe differs by core (conversions, inserts, extracts,
-broadcasts, gathers, mask instructions) count no pipe. A general-register ``xor``/``and``/
-``or``/``bt*`` with a float's sign mask (a FLOP done outside the vector unit) voids the arms.
-This reads a hot loop that is load-bound (a spilled register tile reloaded every step, a
-column gathered element by element) where ``machine_code.compute`` sees only FMAs.
+takes its blocks' shares as in 5. So ``per_flop x (sum over blocks of F_b / cores_used_b -
+once_cap) / (limit x max boost)`` bounds every run. Only what the code shows is counted: a
+load or store of unknown width counts no bytes; moves between registers and zeroing idioms (a
+renamer may eliminate them) and instructions whose pipe differs by core (conversions, inserts,
+extracts, broadcasts, gathers, mask instructions) count no pipe. A general-register ``xor``/
+``and``/``or``/``bt*`` with a float's sign mask (a FLOP done outside the vector unit) voids
+the arms. They read a hot loop that is load-bound (a spilled register tile reloaded every
+step, a column gathered element by element) where ``machine_code.compute`` sees only FMAs.
 
 The dependency arm at the code's chain width
 -------------------------------------------
@@ -135,7 +139,7 @@ from tvm_ext.facts.isa import (
     FP_PIPES,
     MAX_BOOST_GHZ,
     fma_lanes_per_cycle,
-    max_boost_hz,  # fmt: skip
+    max_boost_hz,
     port_limits,
 )
 from tvm_ext.facts.machine_blocks import RESOURCES
