@@ -1,12 +1,13 @@
 """Stage 2's chain width: how many outputs one step of a reduction chain carries in the built
 code, read off the optimized LLVM IR (tvm_ext.facts.llvm_ir reads it, tvm_ext.facts.ir_chains
-finds the chains), and the dependency arm it narrows (cost/post_build.py:
+finds the chains), and the dependency arm it narrows (cost/chain_arms.py:
 ``dependency@chain``)."""
 
 import numpy as np
 import pytest
 from tvm_ext.cost import RooflinePolicy, features
-from tvm_ext.cost.post_build import chain_widths, evaluate_built
+from tvm_ext.cost.chain_arms import chain_widths
+from tvm_ext.cost.post_build import evaluate_built
 
 from tvm_ext import kernels as K
 from tvm_ext import measure

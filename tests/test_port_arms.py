@@ -4,7 +4,8 @@ the machine code, the blocks an entry runs once, and the bound they give on buil
 
 import pytest
 from tvm_ext.cost import RooflinePolicy, features
-from tvm_ext.cost.post_build import ARM, core_flops, evaluate_built, port_arms
+from tvm_ext.cost.code_arms import ARM, core_flops, port_arms
+from tvm_ext.cost.post_build import evaluate_built
 
 from tvm_ext import kernels as K
 from tvm_ext import measure

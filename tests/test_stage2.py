@@ -5,7 +5,8 @@ import time
 
 import pytest
 from tvm_ext.cost import RooflinePolicy, features
-from tvm_ext.cost.post_build import ARM, evaluate_built, why_no_arm
+from tvm_ext.cost.code_arms import ARM, why_no_arm
+from tvm_ext.cost.post_build import evaluate_built
 
 from tvm_ext import kernels as K
 from tvm_ext import measure
@@ -161,7 +162,7 @@ def test_the_chain_steps_issue_slots_bound_a_scalar_reduction_beside_wider_code(
     shared by the cores, at most ``FMA_PIPES`` a cycle each (all on FP pipes where the CPU is
     not in the tables). Must not add anything: the same multiply-adds vectorized over 16
     columns, where stage 1 already priced their width."""
-    from tvm_ext.cost.post_build import chain_step_arm
+    from tvm_ext.cost.chain_arms import chain_step_arm
 
     from tvm_ext.facts.isa import FMA_PIPES, FP_PIPES, MAX_BOOST_GHZ, max_boost_hz
 

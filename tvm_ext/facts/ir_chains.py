@@ -32,7 +32,7 @@ operations: in the violation hunt a TVM 8-lane multiply-add pair ran as one 16-l
 while this IR showed only 8-lane ones). So a vector chain step is read as running up to the
 widest floating-point instruction of the built code (``CodeFacts.fp_lanes``, from the
 assembly), unless its function has no two operations the backend could join
-(``joinable``): ``cost/post_build.chain_widths`` does. Joining needs two vector operations of
+(``joinable``): ``cost/chain_arms.chain_widths`` does. Joining needs two vector operations of
 one kind in one basic block (instruction selection sees one block at a time) neither of which
 needs the other's result (one instruction cannot feed itself); a chain's own steps each
 extend the one before, so a function whose blocks hold one chain each (a reduction loop over

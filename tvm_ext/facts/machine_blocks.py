@@ -34,7 +34,7 @@ per resource, the smallest ratio ``demand / cap`` over the groups with ``cap > 0
 
 Why it bounds a run: if every FLOP the candidate's TIR counts is done by an instruction counted
 in some block's ``cap`` (the premises of ``machine_code.compute`` in
-:mod:`tvm_ext.cost.post_build`, and no general-register sign trick, :attr:`BlockCosts.gpr_sign`),
+:mod:`tvm_ext.cost.code_arms`, and no general-register sign trick, :attr:`BlockCosts.gpr_sign`),
 then a core that does ``F`` of the counted FLOPs runs groups with ``sum_G n_G cap_G >= F -
 once_cap``, and so asks ``sum_G n_G demand_G >= per_flop x (F - once_cap)`` of each resource,
 whichever groups ran how often.
