@@ -188,6 +188,36 @@ def test_the_blocks_an_entry_runs_once_are_set_apart():
     assert block_costs(looped + KERNEL).once_cap == 0  # on a cycle: it may run many times
 
 
+def test_a_local_parallel_body_is_its_own_function_and_data_holds_no_blocks():
+    """TVM names its parallel bodies with local labels (``.L__tvm_parallel_lambda``): one
+    declared a function by ``.type`` is one, so its straight-line code is not the entry's
+    (which runs once per call: the body runs once per task of every launch)."""
+    text = """\
+\t.section\t.rodata.cst4,"aM",@progbits,4
+.LCPI0_0:
+\t.long\t0x80000000
+\t.text
+\t.type\t__tvm_ffi_main,@function
+__tvm_ffi_main:
+\tvxorps\t.LCPI0_0(%rip), %xmm0, %xmm1
+\tleaq\t.L__tvm_parallel_lambda(%rip), %rdi
+\tcallq\tTVMBackendParallelLaunch@PLT
+\tretq
+\t.type\t.L__tvm_parallel_lambda,@function
+.L__tvm_parallel_lambda:
+\tvmovups\t(%rsi), %zmm1
+\tvfmadd231ps\t(%rdx), %zmm1, %zmm2
+\tvmovups\t%zmm2, (%rcx)
+\tretq
+"""
+    blocks, _ = basic_blocks(text)
+    functions = [(b.function, len(b.code)) for b in blocks]
+    assert functions == [("__tvm_ffi_main", 4), (".L__tvm_parallel_lambda", 4)]
+    costs = block_costs(text)
+    assert costs.once_cap == 8  # the entry's xor (16-bit lanes); the body stays in the ratios
+    assert costs.per_flop[LOADS] == pytest.approx(2 / 32)
+
+
 # --- the arms on built modules -----------------------------------------------------------------
 
 W = K.matmul(64, 64, 64)

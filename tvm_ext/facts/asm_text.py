@@ -30,7 +30,7 @@ FP_STEM_X87 = re.compile(r"^f(add|sub|subr|mul|div|divr|sqrt)p?$")
 CONVERSION_HELPERS = frozenset({"__truncsfhf2", "__truncdfhf2", "__extendhfsf2",
                                 "__gnu_h2f_ieee", "__gnu_f2h_ieee", "__truncsfbf2"})  # fmt: skip
 _LABEL_REF = re.compile(r"\.L[\w$.]+")
-_NAME = re.compile(r"[A-Za-z_$][\w$.@]*")
+_NAME = re.compile(r"\.?[A-Za-z_$][\w$.@]*")
 # General registers: every width's name -> (64-bit name, width).
 _GPR: dict[str, tuple[str, int]] = {}
 for _names in (("rax", "eax", "ax", "al"), ("rbx", "ebx", "bx", "bl"), ("rcx", "ecx", "cx", "cl"),
@@ -108,17 +108,19 @@ def instruction(line: str) -> tuple[str, str]:
 
 
 def _lines(text: str):
-    """(line without comment, in a debug-information section) for each non-empty line."""
-    debug = False
+    """(line without comment, the section it is in) for each non-empty line; a module starts
+    in ``.text``."""
+    section = ".text"
     for raw in text.splitlines():
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
         if line.startswith(".section"):
-            debug = line.split()[1].startswith(".debug") if len(line.split()) > 1 else False
+            parts = line.replace(",", " ").split()
+            section = parts[1] if len(parts) > 1 else section
         elif line.startswith((".text", ".data", ".bss")):
-            debug = False
-        yield line, debug
+            section = line.split()[0]
+        yield line, section
 
 
 def _is_label(line: str) -> bool:
@@ -130,12 +132,21 @@ def label_refs(text: str) -> dict[str, int]:
     information (jumps, jump tables, addresses taken). A label nothing refers to is no place
     control can enter but by falling through (LLVM marks debug line ranges with such)."""
     refs: dict[str, int] = {}
-    for line, debug in _lines(text):
-        if debug or _is_label(line):
+    for line, section in _lines(text):
+        if section.startswith(".debug") or _is_label(line):
             continue
         for ref in _LABEL_REF.findall(line):
             refs[ref] = refs.get(ref, 0) + 1
     return refs
+
+
+def function_names(text: str) -> set[str]:
+    """The labels a ``.type <name>,@function`` directive declares functions (local ones too)."""
+    out = set()
+    for line, _ in _lines(text):
+        if line.startswith(".type") and "@function" in line:
+            out.add(line.split(None, 1)[1].split(",")[0].strip())
+    return out
 
 
 def entry_functions(text: str, functions: set[str]) -> set[str]:
@@ -143,8 +154,8 @@ def entry_functions(text: str, functions: set[str]) -> set[str]:
     (code, or data other than debug information): only the runtime calls them, once for each
     call of the kernel."""
     named: set[str] = set()
-    for line, debug in _lines(text):
-        if debug or _is_label(line):
+    for line, section in _lines(text):
+        if section.startswith(".debug") or _is_label(line):
             continue
         if line.startswith(".") and not line.startswith((".quad", ".long", ".word", ".set")):
             continue
@@ -163,10 +174,12 @@ class Block:
 
 
 def basic_blocks(text: str) -> tuple[list[Block], dict[str, int]]:
-    """The module's basic blocks in text order, and :func:`label_refs`. A function's label or
-    a local label something refers to starts a block; a jump, return or trap ends one. The
+    """The module's basic blocks in text order, and :func:`label_refs`. Only code sections
+    (``.text...``) hold blocks. A function's label or a local label something refers to starts
+    a block; a jump, return or trap ends one. The
     bodies of :data:`CONVERSION_HELPERS` are left out."""
     refs = label_refs(text)
+    named = function_names(text)
     blocks: list[Block] = []
     labels: list[str] = []
     code: list[tuple[str, str]] = []
@@ -178,14 +191,17 @@ def basic_blocks(text: str) -> tuple[list[Block], dict[str, int]]:
             blocks.append(Block(tuple(labels), code, function))
         labels, code = [], []
 
-    for line, _ in _lines(text):
+    for line, section in _lines(text):
+        if not section.startswith(".text"):
+            continue  # data: constants, jump tables, debug information
         if _is_label(line):
             name = line[:-1]
-            if name.startswith(".L") and not refs.get(name):
+            starts_function = name in named or not name.startswith(".L")
+            if not starts_function and not refs.get(name):
                 continue  # nothing enters here but by falling through
-            if code or not name.startswith(".L"):
+            if code or starts_function:
                 close()
-            if not name.startswith(".L"):  # a function's own label
+            if starts_function:  # TVM's parallel bodies are local: .L__tvm_parallel_lambda
                 function = name
             labels.append(name)
             continue
