@@ -50,6 +50,8 @@ def test_a_gather_under_an_all_ones_mask_takes_a_load_slot_per_element():
     """)
     assert use["loads"] == 8 and cap == 8  # AVX2: the mask is a vector register
     assert _demand("vscatterdps\t%zmm1, (%rax,%zmm2,4) {%k1}")[1]["stores"] == 1  # mask unknown
+    byte_mask = "kxnorb\t%k0, %k0, %k1\nvgatherdps\t(%r8,%zmm3,4), %zmm5 {%k1}"
+    assert _demand(byte_mask)[1]["loads"] == 8  # kxnorb sets 8 of the 16 lanes
 
 
 def test_moves_idioms_and_widths():

@@ -68,6 +68,7 @@ _ELEM_BITS = {"ps": 32, "pd": 64, "d": 32, "q": 64}
 _IDIOM = re.compile(r"^v?(xorp[sd]|pxor[dq]?|psub[bwdq]|pcmpeq[bwdq]|pcmpgt[bwdq]|andnp[sd]|"
                     r"pandn[dq]?)$")  # fmt: skip
 _ALL_ONES = re.compile(r"^(kxnor[bwdq]|v?pcmpeq[bwdq])$")
+_MASK_LANES = {"b": 8, "w": 16, "d": 32, "q": 64}  # kxnorb sets 8 mask bits, clears the rest
 # Vector instructions that may carry out a counted FLOP without arithmetic.
 _SIGN_OR_COMPARE = re.compile(r"^v?p?(and|andn|or|xor)(ps|pd|d|q)?$|^vpternlog[dq]$|^v?p?cmp")
 # A float's sign bit, or all but it, as an immediate: fneg/fabs done in general registers.
@@ -105,7 +106,8 @@ def _gpr_sign(mnemonic: str, ops: list[str]) -> bool:
     return re.match(r"^bt[crs][wlq]?$", mnemonic) is not None and ops[0] in ("$31", "$63")
 
 
-def _gather(mnemonic: str, operands: str, ops: list[str], ones: set[str], use: list[float]):
+def _gather(mnemonic: str, operands: str, ops: list[str], ones: dict[str, int],
+            use: list[float]):  # fmt: skip
     """Count a gather's or scatter's slots into ``use``; False when it is neither."""
     match = _GATHER.match(mnemonic)
     if match is None:
@@ -114,9 +116,9 @@ def _gather(mnemonic: str, operands: str, ops: list[str], ones: set[str], use: l
     mask = re.search(r"\{(%k\d+)\}", operands)
     mask_reg = mask.group(1) if mask else (ops[0] if len(ops) == 3 else "")  # AVX2: a vector
     elements = _bits(ops[0] if scatter else ops[-1]) // _ELEM_BITS[match.group(2)]
-    use[2 if scatter else 0] += max(elements if mask_reg in ones else 1, 1)
-    ones.discard(mask_reg)  # a gather clears its mask as it completes
-    ones.discard(ops[-1])
+    use[2 if scatter else 0] += max(min(elements, ones.get(mask_reg, 1)), 1)
+    ones.pop(mask_reg, None)  # a gather clears its mask as it completes
+    ones.pop(ops[-1], None)
     return True
 
 
@@ -126,7 +128,7 @@ def block_demand(code) -> tuple[float, list[float], bool]:
     cap = 0.0
     use = [0.0] * len(RESOURCES)
     sign = False
-    ones: set[str] = set()  # mask registers (k or vector) set to all ones, not written since
+    ones: dict[str, int] = {}  # mask registers set to all ones (how many lanes), not written since
     for mnemonic, operands in code:
         if mnemonic.startswith(_SKIP):
             continue
@@ -141,9 +143,9 @@ def block_demand(code) -> tuple[float, list[float], bool]:
         )
         if "(" not in dest:  # a register written: no longer a known all-ones mask
             if len(ops) == 3 and ops[0] == ops[1] and _ALL_ONES.match(mnemonic):
-                ones.add(dest)
+                ones[dest] = _MASK_LANES.get(mnemonic[-1], 64) if mnemonic.startswith("k") else 64
                 continue
-            ones.discard(dest)
+            ones.pop(dest, None)
         if mnemonic.startswith("k"):
             continue
         flops = _arith_flops(mnemonic, operands)
