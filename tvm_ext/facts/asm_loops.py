@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import re
 
-from .asm_text import Block, entry_functions, gpr, split_operands
+from .asm_text import READS_LAST_OPERAND, Block, entry_functions, gpr, split_operands
 
 # Instructions that write general registers they do not name last (or at all).
 _IMPLICIT = ("call", "mul", "div", "idiv", "cq", "cd", "cw", "rep", "movs", "stos", "lods",
              "scas", "cmps", "xchg", "cmpxchg", "xadd", "push", "pop", "cpuid", "rdtsc",
              "syscall", "enter", "leave", "loop")  # fmt: skip
-_NO_WRITE = ("cmp", "test", "bt", "j", "vcmp", "vucomi", "vcomi", "ucomi", "comi", "vptest")
+_NO_WRITE = READS_LAST_OPERAND + ("j",)
 _STEP = re.compile(r"^(add|sub|inc|dec)([lq])$")
 _IMM = re.compile(r"^\$(-?\d+)$")
 _SUFFIX_BITS = {"l": 32, "q": 64}

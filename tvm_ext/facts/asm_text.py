@@ -25,6 +25,11 @@ _NO_ARITH = ("mov", "broadcast", "shuf", "perm", "unpck", "blend", "xor", "and",
 _SSE_ARITH = re.compile(r"^(add|sub|mul|div|sqrt|max|min|rcp|rsqrt|round|hadd|hsub|addsub|dp)"
                         r"(ps|pd|ss|sd)$")  # fmt: skip
 FP_STEM_X87 = re.compile(r"^f(add|sub|subr|mul|div|divr|sqrt)p?$")
+# FMA stems (after the "v"): two FLOPs a lane.
+FMA_STEMS = ("fmadd", "fmsub", "fnmadd", "fnmsub")
+# Instructions that read but never write their last operand.
+READS_LAST_OPERAND = ("cmp", "test", "bt", "vcmp", "vucomi", "vcomi", "ucomi", "comi", "vptest",
+                      "ptest", "vtestp")  # fmt: skip
 # Float conversion routines TVM emits into a module (float16 <-> float32/64, by bits): a
 # conversion is no FLOP in the TIR's count, and they clear sign bits in general registers.
 CONVERSION_HELPERS = frozenset({"__truncsfhf2", "__truncdfhf2", "__extendhfsf2",

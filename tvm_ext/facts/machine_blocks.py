@@ -46,16 +46,20 @@ import re
 from dataclasses import dataclass
 
 from .asm_loops import groups, run_once
-from .asm_text import FP_STEM_X87, basic_blocks, fp_elements, no_arith, split_operands
+from .asm_text import (
+    FMA_STEMS,
+    FP_STEM_X87,
+    READS_LAST_OPERAND,
+    basic_blocks,
+    fp_elements,
+    no_arith,  # fmt: skip
+    split_operands,
+)
 from .asm_text import vector_bits as _bits
 
 RESOURCES = ("loads", "load_bytes", "stores", "store_bytes", "vector_ops")
 # Instructions that touch no memory slot or pipe we count, whatever their operands say.
 _SKIP = ("lea", "nop", "prefetch", "push", "pop", "call", "ret", "j", "ud2", "int3", "endbr")
-# Instructions that read but never write their last operand.
-_READ_ONLY_DEST = ("cmp", "test", "bt", "vcmp", "vucomi", "vcomi", "ucomi", "comi", "vptest",
-                   "ptest", "vtestp")  # fmt: skip
-_TWO_FLOPS = ("vfmadd", "vfmsub", "vfnmadd", "vfnmsub", "vdpp", "dpp")
 # Vector instructions that move data without computing on it, or whose pipes differ by core.
 _MOVES = ("vmov", "movap", "movup", "movs", "movd", "movq", "movdq", "vbroadcast", "vpbroadcast",
           "vgather", "vpgather", "vscatter", "vpscatter", "vmaskmov", "vpmaskmov", "vextract",
@@ -94,7 +98,7 @@ def _arith_flops(mnemonic: str, operands: str) -> float:
     fp = fp_elements(mnemonic, operands)
     if fp is None or no_arith(fp[1]):
         return 0.0
-    return float(fp[0] * (2 if mnemonic.startswith(_TWO_FLOPS) else 1))
+    return float(fp[0] * (2 if fp[1].startswith(FMA_STEMS + ("dp",)) else 1))
 
 
 def _gpr_sign(mnemonic: str, ops: list[str]) -> bool:
@@ -139,7 +143,7 @@ def block_demand(code) -> tuple[float, list[float], bool]:
         dest = ops[-1] if ops else ""
         mem = [i for i, op in enumerate(ops) if "(" in op]
         writes_mem = (
-            bool(mem) and mem[-1] == len(ops) - 1 and not mnemonic.startswith(_READ_ONLY_DEST)
+            bool(mem) and mem[-1] == len(ops) - 1 and not mnemonic.startswith(READS_LAST_OPERAND)
         )
         if "(" not in dest:  # a register written: no longer a known all-ones mask
             if len(ops) == 3 and ops[0] == ops[1] and _ALL_ONES.match(mnemonic):

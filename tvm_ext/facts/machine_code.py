@@ -40,13 +40,20 @@ import logging
 import re
 from dataclasses import dataclass, replace
 
-from .asm_text import FP_STEM_X87, REG_BITS, fp_elements, no_arith, vector_registers
+from .asm_text import (
+    FMA_STEMS,
+    FP_STEM_X87,
+    REG_BITS,
+    fp_elements,
+    instruction,
+    no_arith,
+    vector_registers,  # fmt: skip
+)
 from .ir_chains import chain_facts
 from .machine_blocks import block_costs
 
 log = logging.getLogger(__name__)
 
-_FMA_CLASS = ("fmadd", "fmsub", "fnmadd", "fnmsub", "mul")
 _DOT = re.compile(r"^(v?pdp(busd|bssd|wssd|wusd|wuud|bsud|buud)s?|v?dpbf16ps|v?dpph|tdp\w+)")
 _INT_ARITH = re.compile(r"^vp(add|sub|mul|madd|sad|avg|min|max|abs|sll|srl|sra)")
 _INT_ELEM = {"b": 8, "w": 16, "d": 32, "q": 64}
@@ -141,8 +148,7 @@ def read_assembly(text: str) -> CodeFacts:
             continue
         if line.endswith(":") or line.startswith("."):
             continue
-        mnemonic, _, operands = line.partition("\t") if "\t" in line else line.partition(" ")
-        mnemonic, operands = mnemonic.strip().lower(), operands.strip()
+        mnemonic, operands = instruction(line)
         refs = [a or b for a, b in _SYMBOL.findall(operands)]
         referenced.update(refs)
         if mnemonic.startswith("call") or (
@@ -181,7 +187,7 @@ def read_assembly(text: str) -> CodeFacts:
         elements, stem = fp
         fp_arith += 1
         fp_lanes = max(fp_lanes, elements)
-        if stem.startswith(_FMA_CLASS[:4]):
+        if stem.startswith(FMA_STEMS):
             fma += 1
         elif not stem.startswith("mul"):
             fma_only = False
