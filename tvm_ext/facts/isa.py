@@ -23,7 +23,10 @@ from the vendors' optimization manuals and published instruction tables:
   ``STORES_PER_CYCLE`` stores of at most ``STORE_BYTES_PER_CYCLE`` bytes, issue per cycle
   (Zen 5: four loads, two 512-bit; Golden Cove: three loads, two 512-bit; two stores on every
   core the tables name, :func:`stores_per_cycle`; a gather or scatter takes one load or store
-  slot per element);
+  slot per element: Intel's gathers split into one load-port uop per element (uops.info's
+  Haswell port table: a 4-element ``vgatherqpd`` holds ports 2 and 3 two cycles each), and
+  AMD's are microcoded and slower still, measured on Zen 5 by ``bench/gather_rate.c`` at
+  1.2-1.3 elements a cycle, 512-bit and 256-bit alike, against the four the arm allows);
 - every vector instruction that computes (floating-point or integer arithmetic, logic,
   shuffles, blends, compares) issues to a vector execution pipe, and no core has more than
   ``FP_PIPES`` of them (Zen 4 and Zen 5: the four pipes of the FP unit carry all SIMD
