@@ -28,3 +28,19 @@ def test_notebook_runs_in_quick_mode(path, monkeypatch, tmp_path):
         if o.get("output_type") == "error"
     ]
     assert not errors
+
+
+def test_committed_notebooks_are_what_the_build_script_writes():
+    """Each notebook's cells are ``notebooks/_build.py``'s (the one home of their text): a cell
+    edited in the notebook alone would be lost at the next rebuild."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_build", HERE / "_build.py")
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    assert sorted(build.NOTEBOOKS) == [p.name for p in NOTEBOOKS]
+    for name, cells in build.NOTEBOOKS.items():
+        committed = nbformat.read(HERE / name, as_version=4).cells
+        assert [(c.cell_type, c.source) for c in committed] == [
+            (c.cell_type, c.source) for c in cells
+        ], name
