@@ -203,8 +203,10 @@ def bound_rows(rows: list[dict], machine=None, stage2: bool = False) -> list[dic
 
 def probed_clock_scale(data: dict) -> float | None:
     """How much faster the bounds price the cores than the day probe found them: the top
-    boost of the CPU model over the clock one dependent FMA chain ran at (its documented
-    latency, ``MIN_FMA_LATENCY_CYCLES``, over the probed time). None without a day probe."""
+    boost of the CPU model over the clock one dependent FMA chain ran at (taken as
+    ``MIN_FMA_LATENCY_CYCLES`` cycles a step over the probed time: exact where the FMA takes 4
+    cycles, as on Zen 4, Zen 5 and Intel since Skylake; on a core whose FMA takes longer the
+    clock reads low and the scale high). None without a day probe."""
     from tvm_ext.facts.isa import MIN_FMA_LATENCY_CYCLES, max_boost_hz
 
     probe = data.get("day_probe")
