@@ -34,30 +34,17 @@ COMPUTING = {"fadd", "fsub", "fmul", "fdiv", "frem", "fneg", "add", "sub", "mul"
 MOVING = {"shufflevector", "insertelement", "extractelement", "phi", "bitcast", "freeze",
           "select"}  # fmt: skip
 _VECTOR = re.compile(r"<(\d+)\s+x\s+")
-_DEF = re.compile(r"^\s*(%[\w.$-]+|%\"[^\"]+\")\s*=\s*(.*)$")
-_NAME = re.compile(r"%[\w.$-]+|%\"[^\"]+\"")
-
-
-def _bodies(text: str) -> list[list[str]]:
-    out, body = [], None
-    for line in text.splitlines():
-        if body is None:
-            body = [] if line.startswith("define") else None
-        elif line.startswith("}"):
-            out.append(body)
-            body = None
-        else:
-            body.append(line)
-    return out
 
 
 def ir_lanes(text: str) -> int:
     """The most elements any computing operation of the module may work on (see the module
     docstring); 0 when it has none."""
+    from tvm_ext.facts.llvm_ir import DEFINITION, VALUE, function_bodies
+
     if "vscale" in text:
         return 1 << 20
     best = 0
-    for body in _bodies(text):
+    for _, body in function_bodies(text).values():
         parent: dict[str, str] = {}
 
         def find(x: str) -> str:
@@ -71,13 +58,13 @@ def ir_lanes(text: str) -> int:
         computing: list[tuple[int, list[str]]] = []
         for line in body:
             line = re.split(r",\s*!", line, maxsplit=1)[0]  # metadata attachments
-            m = _DEF.match(line)
+            m = DEFINITION.match(line)
             rest = m.group(2) if m else line.strip()
             words = [w for w in rest.split() if w not in ("tail", "musttail", "notail")]
             if not words:
                 continue
             lanes = max([int(n) for n in _VECTOR.findall(rest)] or [1])
-            names = _NAME.findall(rest)
+            names = VALUE.findall(rest)
             if m:
                 width[m.group(1)] = lanes
             if words[0] in MOVING and m:

@@ -17,8 +17,9 @@ import re
 from dataclasses import dataclass
 
 _FUNC = re.compile(r"^define\b[^@]*@(\"[^\"]+\"|[\w.$-]+)\(")
-_INSTR = re.compile(r"^\s*(%[\w.$-]+|%\"[^\"]+\")\s*=\s*(.*)$")
-_NAME = re.compile(r"%[\w.$-]+|%\"[^\"]+\"")
+# An instruction that defines a value (its name, the rest); a value's name.
+DEFINITION = re.compile(r"^\s*(%[\w.$-]+|%\"[^\"]+\")\s*=\s*(.*)$")
+VALUE = re.compile(r"%[\w.$-]+|%\"[^\"]+\"")
 FP_TYPE = re.compile(r"<(\d+)\s+x\s+(?:half|bfloat|float|double)>|\b(?:half|bfloat|float|double)\b")
 _PHI_VALUE = re.compile(r"\[\s*([^,\]]+),")
 _FLAGS = ("fast", "reassoc", "nnan", "ninf", "nsz", "arcp", "contract", "afn")
@@ -56,8 +57,8 @@ def _operands(opcode: str, rest: str) -> list[str]:
     if opcode == "phi":
         return [v.strip() for v in _PHI_VALUE.findall(rest) if v.strip().startswith("%")]
     if opcode == "call":
-        return _NAME.findall(rest.split("(", 1)[-1])
-    return _NAME.findall(rest)
+        return VALUE.findall(rest.split("(", 1)[-1])
+    return VALUE.findall(rest)
 
 
 _BYTES = {"i8": 1, "i16": 2, "i32": 4, "i64": 8, "ptr": 8, "half": 2, "bfloat": 2,
@@ -108,7 +109,7 @@ def _parse(body: list[str]) -> dict[str, Op]:
         if _LABEL.match(line):
             block += 1
             continue
-        m = _INSTR.match(line)
+        m = DEFINITION.match(line)
         if m is not None:
             name, rest = m.groups()
         elif line.strip().startswith("store "):
@@ -243,19 +244,24 @@ class Function:
         return name if name and not name.isdigit() else "?"
 
 
-def functions(text: str) -> dict[str, "Function"]:
-    """The module's defined functions, parsed."""
+def function_bodies(text: str) -> dict[str, tuple[list[str], list[str]]]:
+    """The module's defined functions: name -> (parameter names, body lines)."""
     out, name, args, body = {}, None, [], []
     for line in text.splitlines():
         if name is None:
             m = _FUNC.match(line)
             if m is not None:
                 name, body = m.group(1), []
-                args = _NAME.findall(line[m.end() :])
+                args = VALUE.findall(line[m.end() :])
             continue
         if line.startswith("}"):
-            out[name] = Function(args, body)
+            out[name] = (args, body)
             name = None
             continue
         body.append(line)
     return out
+
+
+def functions(text: str) -> dict[str, "Function"]:
+    """The module's defined functions, parsed."""
+    return {name: Function(args, body) for name, (args, body) in function_bodies(text).items()}
