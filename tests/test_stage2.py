@@ -12,13 +12,13 @@ from tvm_ext import kernels as K
 from tvm_ext import measure
 from tvm_ext import schedules as S
 from tvm_ext.base import tvm_api
-from tvm_ext.facts.isa import fp32_peak_ceiling
-from tvm_ext.facts.machine_code import read_assembly
-from tvm_ext.facts.target import lanes_for
+from tvm_ext.built_code.machine_code import read_assembly
+from tvm_ext.hardware.isa import fp32_peak_ceiling
+from tvm_ext.hardware.target import lanes_for
+from tvm_ext.kernel_tuner.builder import PersistentBuilder
+from tvm_ext.kernel_tuner.progress import ProgressCallback
+from tvm_ext.kernel_tuner.pruning import POST_BUILD_PRUNED, PruneStats, PruningSearch
 from tvm_ext.records.logs import read_manifest
-from tvm_ext.search.builder import PersistentBuilder
-from tvm_ext.search.progress import ProgressCallback
-from tvm_ext.search.pruning import POST_BUILD_PRUNED, PruneStats, PruningSearch
 
 ms = tvm_api.ms
 W = K.matmul(64, 64, 64)
@@ -121,7 +121,10 @@ def test_stage_2_is_above_stage_1_and_below_the_measured_time(host, machine):
         assert seconds >= stage2.lower_bound_s, (name, seconds, stage2)
         if name == "naive":  # LLVM left it scalar, stage 1 had to allow full width
             assert stage2.lower_bound_s > stage1.lower_bound_s, name
-            assert stage2.binding == ARM or stage2.binding.endswith(f"@{code.fp_lanes}lanes")
+            # An arm only the built code shows binds: its width (``machine_code.compute``,
+            # ``@1lanes``) or its scalar chain (``dependency@chain``: k steps at the FMA
+            # latency; which of them is largest depends on the CPU's tables).
+            assert stage2.binding not in stage1.arms, (name, stage2)
         if name in ("naive", "xmm"):  # (stage 1 knows TVM's own 4 lanes: the arms agree)
             # One core, FMAs only: the FLOPs at the ISA's fp32 ceiling for this width.
             assert code.fma_only
@@ -164,7 +167,7 @@ def test_the_chain_steps_issue_slots_bound_a_scalar_reduction_beside_wider_code(
     columns, where stage 1 already priced their width."""
     from tvm_ext.cost.chain_arms import chain_step_arm
 
-    from tvm_ext.facts.isa import FMA_PIPES, FP_PIPES, MAX_BOOST_GHZ, max_boost_hz
+    from tvm_ext.hardware.isa import FMA_PIPES, FP_PIPES, MAX_BOOST_GHZ, max_boost_hz
 
     policy = RooflinePolicy()
     sch, updates = _scalar_matmul_vector_bias(False)
@@ -174,9 +177,12 @@ def test_the_chain_steps_issue_slots_bound_a_scalar_reduction_beside_wider_code(
     cores = features(sch, host).blocks[0].cores_used  # the multiply-adds' (C's init: same)
     expected = updates / cores / per_cycle / max_boost_hz(machine.cpu)
     assert stage2.arms["compute@chain"] == pytest.approx(expected)
-    # The largest arm but the phases' sum (the bias add's own parallel body adds its time).
+    # The largest arm but the phases' sum (the bias add's own parallel body adds its time) is
+    # one of the chain's: its issue slots, or its steps at the FMA latency where the CPU's
+    # latency makes those longer (Zen 4: 4 cycles at 5.7 GHz against two FMA pipes).
     top = max((a for a in stage2.arms if not a.startswith("phases")), key=stage2.arms.get)
-    assert top == "compute@chain" and stage2.lower_bound_s > stage1.lower_bound_s
+    assert top in ("compute@chain", "dependency@chain"), stage2
+    assert stage2.lower_bound_s > stage1.lower_bound_s
     assert stage2.lower_bound_s >= stage2.arms["compute@chain"]
     seconds = measure(sch, None, host, reference=sch.mod["main"], repeat=3).min_seconds
     assert seconds >= stage2.lower_bound_s, (seconds, stage2)
@@ -234,7 +240,8 @@ def test_builder_withholds_what_the_machine_code_rules_out(host, machine):
     assert stats.withheld == 1 and stats.failed == 0 and stats.measured == 1
     assert stats.reviewed == 2
     (record,) = stats.dropped_records
-    assert record["stage"] == 2 and record["binding"] == ARM and record["register"] == "scalar"
+    assert record["stage"] == 2 and record["register"] == "scalar"
+    assert record["binding"] == n2.binding and n2.binding not in n1.arms  # a stage-2 arm
     assert record["bound_s"] == pytest.approx(n2.lower_bound_s)
     assert len(inner.notified[0]) == 2  # the inner search hears of both: its trials advance
     bar = ProgressCallback(2, W.flops, stats, time.perf_counter(), enabled=True)
@@ -244,7 +251,7 @@ def test_builder_withholds_what_the_machine_code_rules_out(host, machine):
 
 
 def test_tiny_tune_reports_both_stages(tmp_path, host):
-    from tvm_ext.search.tuner import tune
+    from tvm_ext.kernel_tuner.tuner import tune
 
     result = tune(K.matmul(64, 64, 32), host, trials=12, batch=12, seed=3, log_dir=tmp_path,
                   progress=False, audit=True)  # fmt: skip
