@@ -11,7 +11,7 @@ import sys
 import pandas as pd
 from threadpoolctl import threadpool_info
 
-from tvm_ext.facts.measure import time_callable  # noqa: F401 (the bench scripts' timer)
+from tvm_ext.measurement.measure import time_callable  # noqa: F401 (the bench scripts' timer)
 from tvm_ext.records.logs import cpu_model as cpu_name  # every figure names the CPU it ran on
 
 README = pathlib.Path(__file__).with_name("README.md")

@@ -19,7 +19,7 @@ from tvm_ext import host_target
 from tvm_ext import kernels as K
 from tvm_ext import schedules as S
 from tvm_ext.base import tvm_api
-from tvm_ext.facts.measure import verify
+from tvm_ext.measurement.measure import verify
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
 """Violation hunt: MetaSchedule's own candidates, measured, against the roofline lower bound.
 
 For each workload, candidates are drawn from MetaSchedule's design space with its stock
-sampling (``PostOrderApply`` over the CPU rules of ``tvm_ext.search.space.design_space``, then
+sampling (``PostOrderApply`` over the CPU rules of ``tvm_ext.kernel_tuner.space.design_space``, then
 ``ReplayTrace``: every sampling decision re-drawn at random, the stock post-processors applied;
 no ranking of ours). Each distinct candidate is built for this host, checked against numpy and
 timed (the minimum over repeats, with the target's cores as threads), in a child process per
@@ -55,8 +55,8 @@ def sample(name: str, count: int, seed: int) -> list:
     """Up to ``count`` distinct candidates (trace JSON) of MetaSchedule's stock sampling."""
     from tvm_ext import host_target
     from tvm_ext.base import tvm_api
+    from tvm_ext.kernel_tuner.space import design_space
     from tvm_ext.records.logs import structural_hash
-    from tvm_ext.search.space import design_space
 
     ms = tvm_api.meta_schedule("llvm")
     target = host_target()
@@ -101,7 +101,7 @@ def measure_child(name: str, traces_file: str, out: str, start: int, repeat: int
     """Build, check and time each trace from index ``start``; one JSON line per candidate."""
     from tvm_ext import host_target
     from tvm_ext.base.errors import ParityError
-    from tvm_ext.facts.measure import measure
+    from tvm_ext.measurement.measure import measure
     from tvm_ext.records.logs import apply_trace
 
     target, w = host_target(), workload(name)
@@ -179,7 +179,7 @@ def bound_rows(rows: list[dict], machine=None, stage2: bool = False) -> list[dic
     from tvm_ext.cost.post_build import evaluate_built
 
     from tvm_ext import host_target
-    from tvm_ext.facts.machine import host_machine
+    from tvm_ext.hardware.machine import host_machine
     from tvm_ext.records.logs import apply_trace
 
     target = host_target()
@@ -207,7 +207,7 @@ def probed_clock_scale(data: dict) -> float | None:
     ``MIN_FMA_LATENCY_CYCLES`` cycles a step over the probed time: exact where the FMA takes 4
     cycles, as on Zen 4, Zen 5 and Intel since Skylake; on a core whose FMA takes longer the
     clock reads low and the scale high). None without a day probe."""
-    from tvm_ext.facts.isa import MIN_FMA_LATENCY_CYCLES, max_boost_hz
+    from tvm_ext.hardware.isa import MIN_FMA_LATENCY_CYCLES, max_boost_hz
 
     probe = data.get("day_probe")
     if not probe:
@@ -320,8 +320,8 @@ def freeze_corpus(data: dict, count: int) -> None:
 def day_probe(target) -> dict:
     """This host's fp32 peak (GFLOP/s) and FMA latency (ns) as it runs now."""
     from tvm_ext.base import tvm_api
-    from tvm_ext.facts.machine_probes import best_compute
-    from tvm_ext.facts.target import target_cores
+    from tvm_ext.hardware.machine_probes import best_compute
+    from tvm_ext.hardware.target import target_cores
 
     cores = target_cores(target)
     with tvm_api.threads(cores):
@@ -365,8 +365,8 @@ def main() -> None:
         measure_child(args.child, args.traces, args.out, args.start, args.repeat)
         return
     from tvm_ext import host_target
-    from tvm_ext.facts.machine import host_machine
-    from tvm_ext.facts.target import target_cores, target_cpu
+    from tvm_ext.hardware.machine import host_machine
+    from tvm_ext.hardware.target import target_cores, target_cpu
 
     sys.path.insert(0, str(HERE))
     from _common import cpu_name, write_section

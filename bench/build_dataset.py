@@ -58,11 +58,11 @@ def make_workload(spec):
 def run_one(index: int, trials: int, batch: int, seed: int) -> dict:
     """Tune workload ``index`` in this process and freeze its records; returns a summary."""
     from tvm_ext import host_target
-    from tvm_ext.facts.measure import measure
+    from tvm_ext.kernel_tuner.session import prepare
+    from tvm_ext.kernel_tuner.stages import best_in
+    from tvm_ext.kernel_tuner.stock import metaschedule_search
+    from tvm_ext.measurement.measure import measure
     from tvm_ext.records.logs import log_folder, make_manifest, merge_into_log, run_seconds
-    from tvm_ext.search.session import prepare
-    from tvm_ext.search.stages import best_in
-    from tvm_ext.search.stock import metaschedule_search
 
     started = time.perf_counter()
     w, target = make_workload(WORKLOADS[index]), host_target()

@@ -1,6 +1,6 @@
 """Produce the frozen tuning logs shipped in ``tuning_logs/`` (the bench's shapes).
 
-Each workload is tuned with ``tvm_ext.search.tuner`` (default roofline policy, seed 0) for
+Each workload is tuned with ``tvm_ext.kernel_tuner.tuner`` (default roofline policy, seed 0) for
 ``--trials`` trials on this host, and its records and manifest land in
 ``tuning_logs/<target key>/<workload key>/``.
 
@@ -14,7 +14,7 @@ import pathlib
 
 from tvm_ext import host_target
 from tvm_ext import kernels as K
-from tvm_ext.search.tuner import tune
+from tvm_ext.kernel_tuner.tuner import tune
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "tuning_logs"
 WORKLOADS = [

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from tvm_ext.schedules.lecture import lecture_cpu_matmul
+from tvm_ext.schedules.teaching.lecture import lecture_cpu_matmul
 
 from tvm_ext import generic_target, host_target, kernels, measure
 

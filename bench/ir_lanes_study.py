@@ -39,7 +39,7 @@ _VECTOR = re.compile(r"<(\d+)\s+x\s+")
 def ir_lanes(text: str) -> int:
     """The most elements any computing operation of the module may work on (see the module
     docstring); 0 when it has none."""
-    from tvm_ext.facts.llvm_ir import DEFINITION, VALUE, function_bodies
+    from tvm_ext.built_code.llvm_ir import DEFINITION, VALUE, function_bodies
 
     if "vscale" in text:
         return 1 << 20
@@ -94,7 +94,7 @@ def main() -> None:
 
     from tvm_ext import host_target
     from tvm_ext.base import tvm_api
-    from tvm_ext.facts.machine import host_machine
+    from tvm_ext.hardware.machine import host_machine
     from tvm_ext.records.logs import apply_trace
 
     printed = {}

@@ -58,7 +58,7 @@ def run_ours(model, target, trials: int, batch: int, seed: int) -> dict:
 
 
 def run_stock(model, target, trials: int, batch: int, seed: int) -> dict:
-    from tvm_ext.search.stock import tune_model_stock
+    from tvm_ext.model_pipeline.stock import tune_model_stock
 
     with tempfile.TemporaryDirectory(prefix="bench-model-stock-") as work:
         r = tune_model_stock(model, target, work, trials=trials, batch=batch, seed=seed)
@@ -69,8 +69,8 @@ def run_stock(model, target, trials: int, batch: int, seed: int) -> dict:
 def run_torch(model, cores: int) -> dict:
     from threadpoolctl import threadpool_limits
 
-    from tvm_ext.facts.measure import time_callable
-    from tvm_ext.facts.models_torch import torch_eager  # the zoo in torch, parity-checked
+    from tvm_ext.measurement.measure import time_callable
+    from tvm_ext.workloads.models_torch import torch_eager  # the zoo in torch, parity-checked
 
     try:
         run = torch_eager(model, cores)
@@ -117,7 +117,7 @@ def count_tasks(model_name: str, size: str) -> int:
     """The number of tasks both arms tune (in a child: this process never loads TVM)."""
     code = (
         "import tvm_ext; from tvm_ext import models; from tvm_ext.base import tvm_api;"
-        "from tvm_ext.search.compile import ModelSource, bind_and_lower;"
+        "from tvm_ext.model_pipeline.compile import ModelSource, bind_and_lower;"
         f"m = models.build({model_name!r}, {size!r}); t = tvm_ext.host_target();"
         "s = ModelSource.of(m, None, None, None);"
         "print(len(tvm_api.ms.relax_integration.extract_tasks(bind_and_lower(s, t), t)))"

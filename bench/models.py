@@ -36,9 +36,9 @@ from threadpoolctl import threadpool_limits  # noqa: E402
 import tvm_ext  # noqa: E402
 from tvm_ext import models  # noqa: E402
 from tvm_ext.base.tvm_api import physical_cores  # noqa: E402
-from tvm_ext.facts.models_torch import onnxruntime_callable, torch_callable  # noqa: E402
-from tvm_ext.facts.target import target_cpu  # noqa: E402
-from tvm_ext.search.compile import compile_untuned  # noqa: E402
+from tvm_ext.hardware.target import target_cpu  # noqa: E402
+from tvm_ext.model_pipeline.compile import compile_untuned  # noqa: E402
+from tvm_ext.workloads.models_torch import onnxruntime_callable, torch_callable  # noqa: E402
 
 COLUMNS = ["TVM untuned", "ours", "torch eager", "torch.compile", "onnxruntime"]
 

@@ -21,7 +21,7 @@ from tvm_ext import host_machine, host_target, measure
 from tvm_ext import kernels as K
 from tvm_ext import schedules as S
 from tvm_ext.base.tvm_api import physical_cores
-from tvm_ext.facts.target import target_cpu
+from tvm_ext.hardware.target import target_cpu
 
 WORKLOADS = [
     ("matmul 256x256x32", K.matmul(256, 256, 32)),

@@ -23,8 +23,8 @@ from tvm_ext.cost.post_build import post_build_cost  # noqa: E402
 
 from tvm_ext import host_target  # noqa: E402
 from tvm_ext.base import tvm_api  # noqa: E402
-from tvm_ext.facts.machine import host_machine  # noqa: E402
-from tvm_ext.facts.machine_code import read_module  # noqa: E402
+from tvm_ext.built_code.machine_code import read_module  # noqa: E402
+from tvm_ext.hardware.machine import host_machine  # noqa: E402
 from tvm_ext.records.logs import apply_trace, cpu_model  # noqa: E402
 
 STEPS = ("stage 1", "build", "print code", "read code", "stage 2")

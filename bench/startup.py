@@ -1,4 +1,4 @@
-"""Seconds from calling ``tvm_ext.search.tuner`` in a fresh process to the first candidate measured.
+"""Seconds from calling ``tvm_ext.tune`` in a fresh process to the first candidate measured.
 
 Runs a fresh interpreter per sample (nothing cached in-process), tunes matmul 128^3 for one
 batch, and reports when the hand schedule (the first candidate, measured by tune itself) and
@@ -20,7 +20,7 @@ import json, time
 t0 = time.perf_counter()
 import tvm_ext
 from tvm_ext import kernels as K
-from tvm_ext.search.tuner import tune
+from tvm_ext.kernel_tuner.tuner import tune
 t1 = time.perf_counter()
 r = tune(K.matmul(128, 128, 128).func, trials=16, batch=16, seed=0, progress=False)
 print(json.dumps({"import_s": t1 - t0, "first_batch_s": r.stats["first_measured_s"],

@@ -1,10 +1,10 @@
-"""Stock MetaSchedule vs ``tvm_ext.search.tuner``, same workloads, trial budget, seed and threads.
+"""Stock MetaSchedule vs ``tvm_ext.tune``, same workloads, trial budget, seed and threads.
 
 Each arm of each workload runs in a fresh process, one at a time (never two tunings at once):
 stock is ``tune_tir`` with its defaults (evolutionary search, XGB model, stock rules) except
 that its runner uses the physical cores (TVM's default is half the hardware threads) and its
 builder gets a 120 s timeout (the default 30 s kills builds while fresh workers import every
-tensor intrinsic). Ours is ``tvm_ext.search.tuner`` in audit mode (dropped candidates are measured
+tensor intrinsic). Ours is ``tvm_ext.tune`` in audit mode (dropped candidates are measured
 too, to count regrets). Every measured candidate of both arms is checked against our
 roofline bound (a violation is a run faster than its bound).
 
@@ -106,7 +106,7 @@ def run_arm(arm: str, name: str, trials: int, batch: int, seed: int, out: str) -
         summary["dropped_per_batch"] = []
         summary.update(dropped=0, regrets=0, initial_cut_dropped=0)
     else:
-        from tvm_ext.search.tuner import tune
+        from tvm_ext.kernel_tuner.tuner import tune
 
         r = tune(
             w.func,
@@ -283,7 +283,7 @@ def main() -> None:
 
         write_section(
             "tuning",
-            f"### Stock MetaSchedule vs tvm_ext.search.tuner ({args.trials} trials, "
+            f"### Stock MetaSchedule vs tvm_ext.kernel_tuner.tuner ({args.trials} trials, "
             f"batches of {args.batch}, seed {args.seed}, same threads)\n\n"
             f"Run {started} - {time.strftime('%H:%M', time.gmtime())} UTC, load average "
             f"{load[0]:.1f} at the start, {os.getloadavg()[0]:.1f} at the end. Stage 2 (the "

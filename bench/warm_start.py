@@ -57,15 +57,15 @@ def run_arm(arm: str, index: int, trials: int, batch: int, seed: int, model: str
     from tvm_ext.cost import XGBoostPolicy
 
     from tvm_ext import host_target
-    from tvm_ext.facts.machine import host_machine
-    from tvm_ext.search.stock import metaschedule_search
+    from tvm_ext.hardware.machine import host_machine
+    from tvm_ext.kernel_tuner.stock import metaschedule_search
 
     started = time.perf_counter()
     w, target = make_workload(build_dataset_workload(index)), host_target()
     machine = host_machine(target)
     work_dir = tempfile.mkdtemp(prefix="bench-warm-")
     if arm.startswith("stock"):
-        from tvm_ext.search.cost_models import WarmStartModel, pretrained_xgb_model
+        from tvm_ext.kernel_tuner.cost_models import WarmStartModel, pretrained_xgb_model
 
         if arm == "stock":
             cost_model, trials = None, max(trials, STOCK_TRIALS)  # cold: MetaSchedule's own
@@ -83,7 +83,7 @@ def run_arm(arm: str, index: int, trials: int, batch: int, seed: int, model: str
     else:
         from tvm_ext.cost import RooflinePolicy
 
-        from tvm_ext.search.tuner import tune
+        from tvm_ext.kernel_tuner.tuner import tune
 
         policy = XGBoostPolicy.load(model) if "xgboost" in arm else RooflinePolicy()
         setup_s = time.perf_counter() - started

@@ -1,5 +1,5 @@
 """Stage 2's arms on reduction chains as the built code runs them: each block's chain width,
-accumulators and loops read off the optimized LLVM IR (:mod:`tvm_ext.facts.ir_chains`), the
+accumulators and loops read off the optimized LLVM IR (:mod:`tvm_ext.built_code.ir_chains`), the
 policy's dependency arm recomputed with them (``dependency@chain``) and the chain steps' own
 issue slots (``compute@chain``). The stage-2 cost that assembles them is
 :mod:`tvm_ext.cost.post_build`; the premises named ``1.`` are those of
@@ -10,7 +10,7 @@ The dependency arm at the code's chain width
 The policy's dependency arm lets one step of a reduction chain carry up to ``max_lanes``
 outputs, as many as LLVM could vectorize. The module's optimized LLVM IR shows the widest
 operation that can be a step of a sum/multiply-add chain and of a max/min chain
-(:func:`tvm_ext.facts.ir_chains.chain_facts`, whose docstring argues why no machine step of
+(:func:`tvm_ext.built_code.ir_chains.chain_facts`, whose docstring argues why no machine step of
 the chain is wider); the arms recomputed with those widths (``chain_lanes_add``,
 ``chain_lanes_max``) are kept as ``<arm>@chain`` where they rose. This needs none of 1.'s
 premises about calls or dtypes: it counts the chain's own steps, which are the module's own
@@ -45,8 +45,14 @@ import math
 from dataclasses import replace
 from typing import Mapping, NamedTuple
 
-from tvm_ext.facts.isa import FMA_PIPES, FP_PIPES, MAX_BOOST_GHZ, fma_lanes_per_cycle, max_boost_hz
-from tvm_ext.facts.machine_code import CodeFacts
+from tvm_ext.built_code.machine_code import CodeFacts
+from tvm_ext.hardware.isa import (
+    FMA_PIPES,
+    FP_PIPES,
+    MAX_BOOST_GHZ,
+    fma_lanes_per_cycle,
+    max_boost_hz,
+)
 
 from .code_arms import FLOAT_DTYPES
 from .features import CandidateFeatures
@@ -62,7 +68,7 @@ class BuiltChain(NamedTuple):
 
 def chain_widths(c: CandidateFeatures, code: CodeFacts) -> list[BuiltChain]:
     """Per block of ``c``, how the built code runs its reduction chain
-    (:class:`~tvm_ext.facts.ir_chains.ChainFacts`). A block reads its own parallel body function
+    (:class:`~.ir_chains.ChainFacts`). A block reads its own parallel body function
     when the module has exactly one per parallel region of the TIR (``BlockFacts.region``, in
     launch order), else the module's widest step of its class (and nothing more). In its own
     body, the steps whose chain is stored to its own buffer, or to one the IR does not name as

@@ -16,20 +16,20 @@ counts, so ``W`` cannot read low). Then:
    multiply-adds per lane), no vector integer arithmetic wider than ``W`` (it could compute a
    counted expression), and it calls nothing but its own functions and TVM's runtime
    (threads, workspaces) or ``memcpy``/``memset``, and no indirect call could reach anything
-   else (:mod:`tvm_ext.facts.machine_code`). Otherwise stage 2 adds no arm: a call to
+   else (:mod:`tvm_ext.built_code.machine_code`). Otherwise stage 2 adds no arm: a call to
    ``expf`` (softmax without fast math) may do arithmetic we cannot see.
 2. An instruction does at most ``W`` lanes; an FMA counts 2 FLOPs a lane, any other
    arithmetic instruction (multiply, add, min/max, divide, ...) 1.
-3. A core completes at most :func:`~tvm_ext.facts.isa.fma_lanes_per_cycle` ``(cpu, W)``
+3. A core completes at most :func:`~tvm_ext.hardware.isa.fma_lanes_per_cycle` ``(cpu, W)``
    multiply or FMA lanes per cycle at ``W``-wide vectors (``FMA_PIPES`` pipes, each at most
    its datapath wide: Zen 4 runs a 512-bit FMA through two 256-bit halves, so a ``ymm`` FMA
    still issues at 2 a cycle; a CPU the tables do not name may be an E-core with four
    128-bit pipes) and issues at most ``FP_PIPES`` floating-point arithmetic instructions in
-   all (:mod:`tvm_ext.facts.isa`). So a core does at most ``2 x fma_lanes_per_cycle`` FLOPs a
+   all (:mod:`tvm_ext.hardware.isa`). So a core does at most ``2 x fma_lanes_per_cycle`` FLOPs a
    cycle when every arithmetic instruction is an FMA or a multiply, else at most that plus
    ``(FP_PIPES - FMA_PIPES) x W`` (the remaining pipes filled with adds).
 4. No core clocks above the fastest boost of its microarchitecture's fastest part
-   (:func:`tvm_ext.facts.isa.max_boost_hz`, keyed by the machine model's CPU name).
+   (:func:`tvm_ext.hardware.isa.max_boost_hz`, keyed by the machine model's CPU name).
 5. A block's FLOPs are shared among at most the cores its parallel loops can occupy (stage 1's
    ``cores_used``: TVM's runtime splits a parallel loop of extent P statically over the
    threads, so ``P / ceil(P / cores)``), and blocks run one after the other on the same
@@ -43,7 +43,7 @@ The ports' arms (``machine_code.loads``, ``.load_bytes``, ``.stores``, ``.store_
 ``.vector_ops``)
 ---------------------------------------------------------------------------------------------
 Under 1.'s premises every counted FLOP is done by an arithmetic instruction of the module, and
-so inside one of its basic blocks. :func:`tvm_ext.facts.machine_blocks.block_costs` reads, per
+so inside one of its basic blocks. :func:`tvm_ext.built_code.machine_blocks.block_costs` reads, per
 block, the most FLOPs one run of it can do (its capacity: arithmetic at 2.'s count; logic and
 compares, which could carry out a sign operation or a max, at 16-bit lanes) and what the run
 asks of the core: load slots (a gather under an all-ones mask one per element), bytes loaded by
@@ -51,11 +51,11 @@ full-width vector loads, store slots and bytes, and instructions that occupy a v
 single-block counted loop whose trip count the code states is priced with the block that
 enters it (and the one it exits to, when nothing else enters either); the blocks an entry
 function runs at most once per call are set apart, with their capacity ``once_cap``
-(:mod:`tvm_ext.facts.asm_loops`). Whatever blocks run how often, a core that does ``F``
+(:mod:`tvm_ext.built_code.asm_loops`). Whatever blocks run how often, a core that does ``F``
 counted FLOPs asks at least ``per_flop x (F - once_cap)`` of each, with ``per_flop`` the
 smallest demand-to-capacity ratio over those groups (the docstring of
-:mod:`tvm_ext.facts.machine_blocks`). A core serves at most
-:func:`tvm_ext.facts.isa.port_limits` of each per cycle (four loads, 128 bytes loaded, two
+:mod:`tvm_ext.built_code.machine_blocks`). A core serves at most
+:func:`tvm_ext.hardware.isa.port_limits` of each per cycle (four loads, 128 bytes loaded, two
 stores, 128 bytes stored, four computing vector instructions on any core the tables name; a
 gather's elements each take a load slot) at no more than the fastest boost; the busiest core
 takes its blocks' shares as in 5. So ``per_flop x (sum over blocks of F_b / cores_used_b -
@@ -70,9 +70,9 @@ step, a column gathered element by element) where ``machine_code.compute`` sees 
 
 from __future__ import annotations
 
-from tvm_ext.facts.isa import FMA_PIPES, FP_PIPES, fma_lanes_per_cycle, max_boost_hz, port_limits
-from tvm_ext.facts.machine_blocks import RESOURCES
-from tvm_ext.facts.machine_code import CodeFacts
+from tvm_ext.built_code.machine_blocks import RESOURCES
+from tvm_ext.built_code.machine_code import CodeFacts
+from tvm_ext.hardware.isa import FMA_PIPES, FP_PIPES, fma_lanes_per_cycle, max_boost_hz, port_limits
 
 from .features import CandidateFeatures
 

@@ -15,9 +15,11 @@ from dataclasses import asdict, dataclass, field, fields
 from types import MappingProxyType
 from typing import Mapping
 
+import numpy as np
+
 from tvm_ext.base import tvm_api
-from tvm_ext.facts.kernels import Workload, from_func, np_dtype
-from tvm_ext.facts.target import as_target, lanes_for, target_cores
+from tvm_ext.hardware.target import as_target, lanes_for, target_cores
+from tvm_ext.workloads.kernels import Workload, from_func, np_dtype
 
 from .walk import BlockFacts, Unsupported, Walker  # noqa: F401  (BlockFacts re-exported)
 
@@ -125,7 +127,6 @@ def store_feature_summary(obj, target) -> tuple[float, ...]:
     """MetaSchedule's ``PerStoreFeature`` matrix of a (post-processed) candidate, one row per
     buffer store, aggregated to :data:`STORE_SUMMARY`: the store count, then the mean and
     the max of each of the 164 columns over stores."""
-    import numpy as np
 
     ms = tvm_api.meta_schedule()
     target = as_target(target)

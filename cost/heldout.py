@@ -29,9 +29,13 @@ import math
 import random
 
 import numpy as np
+import pandas as pd
+from tqdm import tqdm
+from tvm_ext.cost.training_data import ReplayedLog, log_folders
 
 from tvm_ext.base import tvm_api
 from tvm_ext.base.errors import DatasetError
+from tvm_ext.hardware.machine import host_machine
 
 from .features import CandidateFeatures
 from .learned import XGBoostPolicy
@@ -89,13 +93,11 @@ class _StockCandidates:
     """MetaSchedule measure candidates of dataset rows, replayed once from their logs."""
 
     def __init__(self, log_dirs):
-        from .training_data import log_folders
 
         self.folders = {f.name: f for f in log_folders(log_dirs)}  # workload key -> folder
         self.logs: dict = {}
 
     def get(self, workload: str, orders):
-        from .training_data import ReplayedLog
 
         if workload not in self.logs:
             self.logs[workload] = ReplayedLog(self.folders[workload])
@@ -164,9 +166,6 @@ def evaluate_policies(
     ``fitted`` holds the service profile and XGBoost policy calibrated on *all* rows (the
     frozen calibration to ship). The MetaSchedule rows need the logs (``log_dirs``) to
     replay candidates; without them those rows are left out."""
-    import pandas as pd
-
-    from tvm_ext.facts.machine import host_machine
 
     data = check_training_data(data, 50, ("features_json", "rf_log_score", "order"))
     machine = machine if machine is not None else host_machine()
@@ -175,8 +174,6 @@ def evaluate_policies(
     rows_out = []
     iterator = folds
     if progress:
-        from tqdm import tqdm
-
         iterator = tqdm(folds, desc="held-out folds")
     for fold, held in enumerate(iterator):
         train = data[~data["workload"].isin(held)]

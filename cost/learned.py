@@ -70,7 +70,7 @@ class XGBoostPolicy(ExecutionCostPolicy):
         cls, data, *, seed: int = 0, params: Mapping | None = None, rounds: int = ROUNDS
     ) -> "XGBoostPolicy":
         """Fit the model to the measured rows of ``data`` with an explicit ``seed``."""
-        import xgboost as xgb
+        import xgboost as xgb  # lazy: xgboost costs ~0.4 s to import
 
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise TypeError(f"seed={seed!r} must be an int")
@@ -153,7 +153,7 @@ class XGBoostPolicy(ExecutionCostPolicy):
 
     @classmethod
     def load(cls, path) -> "XGBoostPolicy":
-        import xgboost as xgb
+        import xgboost as xgb  # lazy: xgboost costs ~0.4 s to import
 
         required = ("seed", "columns", "params", "booster")
         data = read_policy_file(path, "XGBoostPolicy", MODEL_SCHEMA, required)

@@ -10,15 +10,17 @@ policy. A subclass may override either hook alone.
 
 from __future__ import annotations
 
+import json
 import math
+import pathlib
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping, Sequence
 
-from tvm_ext.base.errors import PolicyError
-from tvm_ext.facts.machine import host_machine
-from tvm_ext.facts.machine_model import MachineModel
-from tvm_ext.facts.target import as_target, host_target
+from tvm_ext.base.errors import ModelFileError, PolicyError
+from tvm_ext.hardware.machine import host_machine
+from tvm_ext.hardware.machine_model import MachineModel
+from tvm_ext.hardware.target import as_target, host_target
 
 from .features import CandidateFeatures, features
 
@@ -77,10 +79,6 @@ class ExecutionCostPolicy:
 def read_policy_file(path, kind: str, schema: int, required=()) -> dict:
     """The JSON of a saved profile or model, checked for its ``kind``, ``schema`` and
     ``required`` keys; anything else is a :class:`~tvm_ext.base.errors.ModelFileError` naming it."""
-    import json
-    import pathlib
-
-    from tvm_ext.base.errors import ModelFileError
 
     path = pathlib.Path(path)
     try:

@@ -3,7 +3,7 @@
 Stage 1 (:class:`~tvm_ext.cost.roofline.RooflinePolicy`) bounds a candidate from its TIR,
 before it is built; it must assume every loop LLVM could vectorize runs at the machine's full
 vector width. After the build, the code says which width it uses
-(:func:`tvm_ext.facts.machine_code.read_assembly`), and a candidate whose arithmetic is all
+(:func:`tvm_ext.built_code.machine_code.read_assembly`), and a candidate whose arithmetic is all
 128-bit or scalar gets a bound 4 to 16 times higher. The stage-2 bound is the largest of
 stage 1's arms, the arms counting the code's own instructions
 (:mod:`tvm_ext.cost.code_arms`), those on its reduction chains (:mod:`tvm_ext.cost.chain_arms`),
@@ -38,8 +38,14 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Mapping
 
+from tvm_ext.cost.features import features
+from tvm_ext.cost.policy import evaluate, validated_coefficients
+
+from tvm_ext.base import tvm_api
 from tvm_ext.base.errors import PolicyError
-from tvm_ext.facts.machine_code import CodeFacts
+from tvm_ext.built_code.machine_code import CodeFacts, read_module
+from tvm_ext.hardware.machine import host_machine
+from tvm_ext.hardware.target import as_target, host_target
 
 from .chain_arms import chain_arms, chain_step_arm, chain_widths
 from .code_arms import ARM, machine_code_arm, port_arms, why_no_arm
@@ -146,13 +152,6 @@ def post_build_cost(
 def evaluate_built(policy, sch, target=None, *, machine=None, workload=None):
     """Both stages for one schedule: build it for ``target`` as MetaSchedule's builder does,
     read its machine code; returns (stage-1 cost, stage-2 cost, :class:`CodeFacts`)."""
-    from tvm_ext.base import tvm_api
-    from tvm_ext.facts.machine import host_machine
-    from tvm_ext.facts.machine_code import read_module
-    from tvm_ext.facts.target import as_target, host_target
-
-    from .features import features
-    from .policy import evaluate, validated_coefficients
 
     target = as_target(target)
     if machine is None and target.kind.name == "llvm":

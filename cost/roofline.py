@@ -2,7 +2,7 @@
 
 Every arm is a time no run of the candidate can beat, given the decisions it has taken; the
 bound is the largest arm, and the arm that sets it is reported as ``binding``. The hardware
-facts are those of :mod:`tvm_ext.facts.isa` for the machine model's CPU (the LLVM CPU name):
+facts are those of :mod:`tvm_ext.hardware.isa` for the machine model's CPU (the LLVM CPU name):
 upper limits over every part of that microarchitecture, at its fastest boost clock, so that
 a busy host cannot make them read low. Only the memory arms rest on probes (see there).
 
@@ -50,10 +50,12 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Mapping, Sequence
 
-from tvm_ext.facts import isa
-from tvm_ext.facts.machine import host_machine
-from tvm_ext.facts.machine_model import MachineModel
-from tvm_ext.facts.target import as_target, host_target
+from tvm_ext.cost.policy import validated_coefficients
+
+from tvm_ext.hardware import isa
+from tvm_ext.hardware.machine import host_machine
+from tvm_ext.hardware.machine_model import MachineModel
+from tvm_ext.hardware.target import as_target, host_target
 
 from .features import CandidateFeatures, features
 from .policy import Cost, ExecutionCostPolicy
@@ -262,7 +264,7 @@ class RooflinePolicy(ExecutionCostPolicy):
         least ``MIN_FMA_LATENCY_CYCLES``; a plain add ``MIN_FADD_LATENCY_CYCLES``, a max or
         min ``MIN_FMAX_LATENCY_CYCLES``); a step starts only after its instruction is in the
         reorder window, which holds at most ``W`` instructions
-        (:func:`~tvm_ext.facts.isa.reorder_window`). A chain recomputed by loops around its
+        (:func:`~tvm_ext.hardware.isa.reorder_window`). A chain recomputed by loops around its
         whole segment (``chain_repeats``) runs again each time: LLVM hoists instructions out
         of loops, never a loop.
 
@@ -363,7 +365,6 @@ class RooflinePolicy(ExecutionCostPolicy):
 def floor_s(func, target=None, *, machine: MachineModel | None = None, policy=None):
     """The proven floor of a function on ``target``: no schedule of it runs faster (see
     :meth:`RooflinePolicy.floor_s`); None without a FLOP count or a machine model."""
-    from .policy import validated_coefficients
 
     target = as_target(target)
     if machine is None and target.kind.name == "llvm":

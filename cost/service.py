@@ -26,8 +26,10 @@ from types import MappingProxyType
 from typing import Mapping, Sequence
 
 import numpy as np
+from tvm_ext.cost.training_data import MIN_CALIBRATION_ROWS, check_training_data
 
 from tvm_ext.base.errors import DatasetError, ModelFileError, PolicyError
+from tvm_ext.hardware.machine import host_machine
 
 from .features import CandidateFeatures
 from .policy import Cost, ExecutionCostPolicy, read_policy_file
@@ -188,11 +190,7 @@ CAPACITY_GRID = (1.0, 1.25, 1.5, 1.75, 2.0, 3.0, 4.0, 6.0, 8.0, 16.0, 32.0, 64.0
 
 def calibrate(data, *, machine=None, capacities: Sequence[float] | None = None) -> ServiceProfile:
     """Fit a :class:`ServiceProfile` to the measured rows of a :func:`dataset` frame."""
-    from scipy.optimize import nnls
-
-    from tvm_ext.facts.machine import host_machine
-
-    from .training_data import MIN_CALIBRATION_ROWS, check_training_data
+    from scipy.optimize import nnls  # lazy: scipy costs ~0.3 s to import; only calibration needs it
 
     data = check_training_data(data, MIN_CALIBRATION_ROWS, ("features_json",))
     machine = machine if machine is not None else host_machine()

@@ -14,8 +14,8 @@ import math
 import numpy as np
 
 from tvm_ext.base import tvm_api
-from tvm_ext.facts.isa import REGISTER_BYTES
-from tvm_ext.facts.kernels import np_dtype
+from tvm_ext.hardware.isa import REGISTER_BYTES
+from tvm_ext.workloads.kernels import np_dtype
 
 MAX_ENUMERATED = 1 << 22  # element offsets enumerated per access and run, beyond: not counted
 tirx, ir = tvm_api.tirx, tvm_api.ir

@@ -26,11 +26,17 @@ import json
 import math
 import os
 import pathlib
-import tempfile
 from typing import Iterable
 
-from tvm_ext.base import tvm_api
-from tvm_ext.base.errors import CorruptLog, LogError
+import pandas as pd
+from tqdm import tqdm
+from tvm_ext.cost.features import features
+from tvm_ext.cost.policy import evaluate
+from tvm_ext.cost.roofline import RooflinePolicy
+
+from tvm_ext.base import files, tvm_api
+from tvm_ext.base.errors import CorruptLog, DatasetError, LogError
+from tvm_ext.hardware.machine import host_machine
 from tvm_ext.records.logs import (
     MANIFEST_FILE,
     RECORDS_FILE,
@@ -40,6 +46,7 @@ from tvm_ext.records.logs import (
     read_records,
     read_workload,
 )
+from tvm_ext.workloads.kernels import from_func
 
 from .features import STORE_SUMMARY
 
@@ -129,10 +136,8 @@ def _cache_name(folder: pathlib.Path) -> str:
 def cache_dir() -> pathlib.Path:
     """Where derived dataset columns are cached, never in a log: ``$TVM_EXT_CACHE_DIR`` when
     set (as for the machine model), else the user cache directory."""
-    import platformdirs
 
-    root = os.environ.get("TVM_EXT_CACHE_DIR") or platformdirs.user_cache_dir("tvm-ext")
-    return pathlib.Path(root) / "features"
+    return files.cache_dir() / "features"
 
 
 class ReplayedLog:
@@ -141,7 +146,6 @@ class ReplayedLog:
     ``(order, seconds or None, schedule or None, status)``."""
 
     def __init__(self, folder: pathlib.Path):
-        from tvm_ext.facts.kernels import from_func
 
         ms = tvm_api.meta_schedule()
         self.folder = pathlib.Path(folder)
@@ -186,9 +190,6 @@ class ReplayedLog:
 
 def _folder_rows(folder: pathlib.Path, machine) -> list[dict]:
     """Replay every record of one log folder and derive its columns."""
-    from .features import features
-    from .policy import evaluate
-    from .roofline import RooflinePolicy
 
     log = ReplayedLog(folder)
     w, target, manifest = log.workload, log.target, log.manifest
@@ -217,7 +218,6 @@ def _folder_rows(folder: pathlib.Path, machine) -> list[dict]:
 
 
 def _load_folder(folder: pathlib.Path, machine, cache: bool):
-    import pandas as pd
 
     name = _cache_name(folder)
     if cache:
@@ -226,11 +226,8 @@ def _load_folder(folder: pathlib.Path, machine, cache: bool):
                 return read_frame(path)
     frame = pd.DataFrame(_folder_rows(folder, machine))
     if cache:
-        cache_dir().mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=cache_dir(), prefix=".features.", suffix=".csv.gz")
-        os.close(fd)
-        write_frame(frame, tmp)
-        os.replace(tmp, cache_dir() / name)
+        with files.atomic_path(cache_dir() / name, suffix=".csv.gz") as tmp:
+            write_frame(frame, tmp)
     return frame
 
 
@@ -242,7 +239,6 @@ def write_frame(frame, path) -> None:
 
 def read_frame(path):
     """Dataset rows written by :func:`write_frame`."""
-    import pandas as pd
 
     return pd.read_csv(path, keep_default_na=False, na_values=["", "NaN", "nan"])
 
@@ -261,17 +257,12 @@ def dataset(
     folder keeps the columns priced when its cache was written (on the machine that tuned it,
     for the shipped dataset); ``cache=False`` derives and prices them again.
     """
-    import pandas as pd
-
-    from tvm_ext.facts.machine import host_machine
 
     folders = log_folders(log_dirs)
     if machine is None:
         machine = host_machine()
     frames: Iterable = folders
     if progress:
-        from tqdm import tqdm
-
         frames = tqdm(folders, desc="dataset", unit="log")
     data = pd.concat([_load_folder(f, machine, cache) for f in frames], ignore_index=True)
     if not include_failed:
@@ -289,9 +280,6 @@ MIN_CALIBRATION_ROWS = 20
 
 def check_training_data(data, min_rows: int, columns=()):
     """The measured rows of ``data`` with a positive finite time, or a DatasetError."""
-    import pandas as pd
-
-    from tvm_ext.base.errors import DatasetError
 
     if not isinstance(data, pd.DataFrame):
         raise TypeError(f"expected a dataset DataFrame, not {type(data).__name__}")

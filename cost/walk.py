@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 
 from tvm_ext.base import tvm_api
-from tvm_ext.facts.kernels import np_dtype
+from tvm_ext.workloads.kernels import np_dtype
 
 from .traffic import TrafficUnknown, run_traffic
 from .traffic import children as _children

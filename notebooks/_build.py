@@ -48,10 +48,10 @@ print(w.func.script()[:700])'''),
 - **tensorized**: uint8 x int8 onto AVX512-VNNI `vpdpbusd` and bf16 onto AVX512-BF16
   `vdpbf16ps` where the CPU has them (WMMA on a GPU)."""),
     new_code_cell('''import tvm
-from tvm_ext.schedules.lecture import lecture_cpu_matmul
+from tvm_ext.schedules.teaching.lecture import lecture_cpu_matmul
 gpu = cuda_target("sm_90")
 w8 = kernels.matmul(N, N, N, "uint8")
-from tvm_ext.schedules import matmul_bf16, matmul_vnni
+from tvm_ext.schedules.hand import matmul_bf16, matmul_vnni
 wb = kernels.matmul(N, N, N, "bfloat16")
 rows = {
     "baseline (naive)": (w, w.func, target),
@@ -127,14 +127,15 @@ recorded one. A tampered log is refused with an error that says what differs."""
     new_code_cell(SETUP),
     new_markdown_cell("## The shipped logs"),
     new_code_cell('''import pathlib
-from tvm_ext.records.logs import report, find_logs
-from tvm_ext.facts.machine import host_machine
+from tvm_ext.commands.report import report
+from tvm_ext.records.logs import find_logs
+from tvm_ext.hardware.machine import host_machine
 ROOT = pathlib.Path(tvm_ext.__file__).resolve().parent.parent / "tuning_logs"  # the repo's logs
 report(ROOT, host_machine())'''),
     new_markdown_cell("""## Replay one: no search, parity, a fresh time
 On another CPU than the one that froze the log, replay needs `allow_other_target=True`."""),
     new_code_cell('''import warnings
-from tvm_ext.search.replayer import replay
+from tvm_ext.kernel_tuner.replayer import replay
 name = "matmul_M256_N256_K32_float32" if QUICK else "matmul_M512_N512_K512_float32"
 folder = next(p for p in find_logs(ROOT) if p.name == name)
 with warnings.catch_warnings(record=True) as caught:
@@ -188,7 +189,7 @@ against the roofline and MetaSchedule's own model."""),
     new_code_cell(SETUP),
     new_markdown_cell("""## The kernel and one audited tuning run
 Audit mode measures even the candidates the cut drops, so every point below was measured."""),
-    new_code_cell('''from tvm_ext.search.tuner import tune
+    new_code_cell('''from tvm_ext.kernel_tuner.tuner import tune
 from tvm_ext.cost import RooflinePolicy
 w = kernels.matmul(128, 128, 128) if QUICK else kernels.matmul(256, 256, 256)
 trials = 16 if QUICK else 64
@@ -345,9 +346,9 @@ for name in models.ZOO:
 pd.DataFrame(coverage).T.fillna(0.0).round(4)'''),
     new_markdown_cell("""## Latency: TVM untuned vs ours (rules, no tuning) vs torch eager
 Batch 1, the target's threads for all; parity against numpy first (a failure raises)."""),
-    new_code_cell('''from tvm_ext.facts.measure import time_callable
-from tvm_ext.facts.models_torch import torch_eager
-from tvm_ext.search.compile import compile_untuned
+    new_code_cell('''from tvm_ext.measurement.measure import time_callable
+from tvm_ext.workloads.models_torch import torch_eager
+from tvm_ext.model_pipeline.compile import compile_untuned
 threads = int(target.attrs["num-cores"])
 rows = []
 for name, (m, ours_m) in compiled.items():
@@ -386,7 +387,7 @@ weight x floor) is drawn under the curves: no schedule the search could reach ru
     new_code_cell('''import tempfile, shutil
 import pandas as pd
 from tvm_ext import models
-from tvm_ext.search.model_tuner import describe
+from tvm_ext.model_pipeline.model_tuner import describe
 name, size = ("mlp", "small") if QUICK else ("decoder", "full")
 TRIALS, BATCH = (16, 8) if QUICK else (64, 16)  # bench/model_tuning.py runs 80-320
 model = models.build(name, size)
@@ -423,7 +424,7 @@ h.tail(10)'''),
 Stock MetaSchedule's model tuning (gradient task scheduler, XGB model, stock rules) on the
 same lowered module, same threads and seed; a task it never measured keeps its naive loops.
 Every point is a build whose parity was checked, timed end to end."""),
-    new_code_cell('''from tvm_ext.search.stock import tune_model_stock
+    new_code_cell('''from tvm_ext.model_pipeline.stock import tune_model_stock
 budgets = [TRIALS] if QUICK else [TRIALS // 4, TRIALS // 2, TRIALS]
 rows = [{"arm": "ours (rules, 0 trials)", "trials": 0,
          "ms": tvm_ext.compile(model, target).time().seconds * 1e3}]

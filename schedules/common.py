@@ -6,7 +6,7 @@ import dataclasses
 
 from tvm_ext.base import tvm_api
 from tvm_ext.base.errors import ScheduleNotApplicable
-from tvm_ext.facts.target import has_feature, lanes_for, vector_bits  # noqa: F401  (re-exported)
+from tvm_ext.hardware.target import has_feature, lanes_for, vector_bits  # noqa: F401  (re-exported)
 
 # Register-tile accumulators are `global`-scope buffers: TVM's LowerTVMBuiltin puts a CPU
 # allocation of that scope on the stack when it is under 1 KiB, where LLVM keeps it in

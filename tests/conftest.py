@@ -5,7 +5,7 @@ import tempfile
 import pytest
 
 import tvm_ext
-from tvm_ext.facts.machine import host_machine
+from tvm_ext.hardware.machine import host_machine
 
 _SESSION_CACHE: str | None = None
 
@@ -82,8 +82,8 @@ def best_machine(host, probes: int = 8):
     import json
 
     from tvm_ext.base import tvm_api
-    from tvm_ext.facts.machine import cache_path
-    from tvm_ext.facts.machine_probes import best_compute
+    from tvm_ext.hardware.machine import cache_path
+    from tvm_ext.hardware.machine_probes import best_compute
 
     model = host_machine(host)
     with tvm_api.threads(model.cores):

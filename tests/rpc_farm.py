@@ -17,7 +17,7 @@ import time
 
 import psutil
 
-from tvm_ext.facts.device import Tracker
+from tvm_ext.hardware.device import Tracker
 
 
 def free_port() -> int:

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from tvm_ext import kernels as K
 from tvm_ext import schedules as S
 from tvm_ext.base.errors import LogError, ScheduleNotApplicable, TvmExtError
-from tvm_ext.facts.measure import verify
+from tvm_ext.measurement.measure import verify
 
 ANY = st.one_of(
     st.integers(-5, 70), st.floats(allow_nan=True), st.text(max_size=4), st.none(), st.booleans()
@@ -121,7 +121,7 @@ def test_schedule_configs_accept_or_refuse_clearly(host, keys, data):
 
 @pytest.fixture(scope="module")
 def a_log(tmp_path_factory, host):
-    from tvm_ext.search.tuner import tune
+    from tvm_ext.kernel_tuner.tuner import tune
 
     root = tmp_path_factory.mktemp("fuzzlogs")
     tune(K.matmul(16, 16, 16).func, host, trials=8, batch=8, seed=0, log_dir=root, progress=False)
@@ -157,8 +157,8 @@ def _same_content(text: str, original: str, name: str) -> bool:
     ),
 )
 def test_damaged_logs_give_log_errors(a_log, host, tmp_path_factory, name, damage):
+    from tvm_ext.kernel_tuner.replayer import replay
     from tvm_ext.records.logs import find_logs
-    from tvm_ext.search.replayer import replay
 
     (folder,) = find_logs(a_log)
     copy = tmp_path_factory.mktemp("damaged") / "logs"
@@ -183,8 +183,8 @@ def test_damaged_logs_give_log_errors(a_log, host, tmp_path_factory, name, damag
 
 @pytest.mark.parametrize("value", [1, {"schema": 1}, ["1", "not base64"]], ids=repr)
 def test_replay_parses_the_workload_file(a_log, tmp_path, value):
+    from tvm_ext.kernel_tuner.replayer import replay
     from tvm_ext.records.logs import find_logs
-    from tvm_ext.search.replayer import replay
 
     copy = tmp_path / "logs"
     shutil.copytree(a_log, copy)

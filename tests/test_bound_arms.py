@@ -20,9 +20,9 @@ import tvm_ext
 from tvm_ext import kernels as K
 from tvm_ext import measure
 from tvm_ext.base import tvm_api
-from tvm_ext.facts import isa
-from tvm_ext.facts.machine_model import Figure, MachineModel
-from tvm_ext.facts.target import lanes_for, target_cores, target_cpu
+from tvm_ext.hardware import isa
+from tvm_ext.hardware.machine_model import Figure, MachineModel
+from tvm_ext.hardware.target import lanes_for, target_cores, target_cpu
 from tvm_ext.records.logs import apply_trace
 
 CORPUS = pathlib.Path(__file__).parent / "data" / "bound_corpus" / "corpus.json"

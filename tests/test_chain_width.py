@@ -1,7 +1,7 @@
 """Stage 2's chain width: how many outputs one step of a reduction chain carries in the built
-code, read off the optimized LLVM IR (tvm_ext.facts.llvm_ir reads it, tvm_ext.facts.ir_chains
-finds the chains), and the dependency arm it narrows (cost/chain_arms.py:
-``dependency@chain``)."""
+code, read off the optimized LLVM IR (``tvm_ext.built_code.llvm_ir`` reads it,
+``tvm_ext.built_code.ir_chains`` finds the chains), and the dependency arm it narrows
+(cost/chain_arms.py: ``dependency@chain``)."""
 
 import numpy as np
 import pytest
@@ -12,9 +12,9 @@ from tvm_ext.cost.post_build import evaluate_built
 from tvm_ext import kernels as K
 from tvm_ext import measure
 from tvm_ext.base import tvm_api
-from tvm_ext.facts.ir_chains import Chains, chain_facts
-from tvm_ext.facts.llvm_ir import functions
-from tvm_ext.facts.machine_code import CodeFacts, read_assembly, read_module
+from tvm_ext.built_code.ir_chains import Chains, chain_facts
+from tvm_ext.built_code.llvm_ir import functions
+from tvm_ext.built_code.machine_code import CodeFacts, read_assembly, read_module
 
 # --- the reader, on IR text ---------------------------------------------------------------
 
@@ -368,7 +368,7 @@ def test_code_facts_round_trip_with_chain_widths():
 
 
 def test_a_reader_failure_abstains_and_never_fails_the_build(monkeypatch, caplog):
-    import tvm_ext.facts.machine_code as mc
+    import tvm_ext.built_code.machine_code as mc
 
     def broken(text):
         raise IndexError("an IR construct the reader trips on")

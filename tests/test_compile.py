@@ -8,7 +8,7 @@ import pytest
 import tvm_ext
 from tvm_ext import models
 from tvm_ext.base import tvm_api
-from tvm_ext.search.compile import compile_untuned
+from tvm_ext.model_pipeline.compile import compile_untuned
 
 NAMES = sorted(models.ZOO)
 

@@ -11,7 +11,7 @@ from tvm_ext.records.logs import RECORDS_FILE, find_logs, read_manifest
 CHILD = """
 import sys
 from tvm_ext import kernels as K
-from tvm_ext.search.tuner import tune
+from tvm_ext.kernel_tuner.tuner import tune
 tune(K.matmul(32, 32, 32).func, trials=8, batch=8, seed=int(sys.argv[2]), log_dir=sys.argv[1],
      progress=False, work_dir=sys.argv[3])
 """

@@ -12,7 +12,7 @@ from tvm_ext.cost import (
     features,
     hard_constraints,
 )
-from tvm_ext.schedules.lecture import lecture_cpu_matmul
+from tvm_ext.schedules.teaching.lecture import lecture_cpu_matmul
 
 from tvm_ext import kernels as K
 from tvm_ext import measure
@@ -45,7 +45,7 @@ def test_features_see_schedule_decisions(host):
 
 
 def test_unavailable_facts_are_absent_not_zero(host):
-    from tvm_ext.schedules import matmul_vnni
+    from tvm_ext.schedules.hand import matmul_vnni
 
     from tvm_ext import host_target
 

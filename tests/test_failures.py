@@ -17,9 +17,9 @@ import tvm_ext
 from tvm_ext import kernels as K
 from tvm_ext.base import tvm_api
 from tvm_ext.base.errors import TuneError
+from tvm_ext.kernel_tuner import session
+from tvm_ext.kernel_tuner.testing import FailingBuilder
 from tvm_ext.records.logs import find_logs, read_manifest, run_seconds
-from tvm_ext.search import session
-from tvm_ext.search.testing import FailingBuilder
 
 ms = tvm_api.ms
 W = K.matmul(64, 64, 64)
@@ -147,7 +147,7 @@ class ScriptedSearch:
 def test_partial_failure_is_counted_and_a_bad_batch_warns(host, machine, caplog):
     from tvm_ext.cost import RooflinePolicy
 
-    from tvm_ext.search.pruning import PruneStats, PruningSearch
+    from tvm_ext.kernel_tuner.pruning import PruneStats, PruningSearch
 
     w = K.matmul(32, 32, 32)
     args = ms.arg_info.ArgInfo.from_prim_func(w.func)
@@ -171,8 +171,8 @@ def test_partial_failure_is_counted_and_a_bad_batch_warns(host, machine, caplog)
 
 
 def test_progress_bar_shows_failed(host):
-    from tvm_ext.search.progress import ProgressCallback
-    from tvm_ext.search.pruning import PruneStats
+    from tvm_ext.kernel_tuner.progress import ProgressCallback
+    from tvm_ext.kernel_tuner.pruning import PruneStats
 
     bar = ProgressCallback(8, 1000, PruneStats(), time.perf_counter(), enabled=True)
     results = [ms.runner.RunnerResult(None, "boom"), ms.runner.RunnerResult([1e-6], None)] * 2
@@ -198,11 +198,11 @@ def test_roofline_warning_knows_the_memory_level_and_names_the_users_function(
     # roof for it, and no re-probe would change that.
     slow_memory = machine.with_overrides({"bw.llc": 1.0, "bw.dram": 1.0})
     assert slow_memory.memory_level(3 * 4 * 1024) == "l2"
-    with caplog.at_level(logging.WARNING, logger="tvm_ext.facts.measure"):
+    with caplog.at_level(logging.WARNING, logger="tvm_ext.measurement.measure"):
         tvm_ext.measure(sch, target=host, reference=func, machine=slow_memory, repeat=1)
     assert "roofline" not in caplog.text
     tiny_peak = machine.with_overrides({"peak.float32": 1.0})  # a model below the machine
-    with caplog.at_level(logging.WARNING, logger="tvm_ext.facts.measure"):
+    with caplog.at_level(logging.WARNING, logger="tvm_ext.measurement.measure"):
         m = tvm_ext.measure(sch, target=host, reference=func, machine=tiny_peak, repeat=1)
     assert m.roofline_fraction > 1
     assert "my_saxpy ran at" in caplog.text and "fit in L2: the roof is its compute peak" in (

@@ -8,14 +8,14 @@ import json
 
 from tvm_ext import kernels as K
 from tvm_ext.base import tvm_api
+from tvm_ext.kernel_tuner.testing import faulty_run_evaluator
 from tvm_ext.records.logs import run_seconds
-from tvm_ext.search.testing import faulty_run_evaluator
 
 
 def test_crashing_and_hanging_candidates_are_failed_records(tmp_path, host):
     from tvm_ext.cost import dataset
 
-    from tvm_ext.search.tuner import tune
+    from tvm_ext.kernel_tuner.tuner import tune
 
     ms = tvm_api.meta_schedule()
     state = tmp_path / "runs"

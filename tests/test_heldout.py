@@ -22,8 +22,8 @@ import pytest
 from tvm_ext.cost import ServiceProfile, XGBoostPolicy, dataset, heldout
 from tvm_ext.cost.training_data import read_frame
 
-from tvm_ext.faces.cli import DATASET_FILE
-from tvm_ext.facts.machine_model import MachineModel
+from tvm_ext.commands.cli import DATASET_FILE
+from tvm_ext.hardware.machine_model import MachineModel
 
 DATA = pathlib.Path(__file__).resolve().parents[1] / "tuning_logs" / "dataset"
 FROZEN = DATA / "policies"
@@ -143,7 +143,7 @@ def test_evaluate_policies_command_writes_what_the_protocol_computes(data, tmp_p
     on every row."""
     from tvm_ext.cost import calibrate
 
-    from tvm_ext.faces import cli
+    from tvm_ext.commands import cli
 
     keep = sorted(data["workload"].unique())[::9]  # two logs: two folds
     logs = tmp_path / "logs"

@@ -12,7 +12,7 @@ from threadpoolctl import threadpool_info
 
 from tvm_ext import kernels as K
 from tvm_ext.base.host_threads import other_threads_cpu_s, reference_threads, settle
-from tvm_ext.facts.measure import verify
+from tvm_ext.measurement.measure import verify
 
 
 def _blas_threads() -> int:

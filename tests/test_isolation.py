@@ -7,9 +7,9 @@ import pathlib
 import subprocess
 import sys
 
-from tvm_ext.facts.machine import cache_path
+from tvm_ext.hardware.machine import cache_path
 
-CHILD = "import tvm_ext; from tvm_ext.facts.machine import cache_path; " \
+CHILD = "import tvm_ext; from tvm_ext.hardware.machine import cache_path; " \
         "print(cache_path(tvm_ext.host_target()))"  # fmt: skip
 
 

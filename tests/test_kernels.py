@@ -5,7 +5,7 @@ import pytest
 
 from tvm_ext import kernels as K
 from tvm_ext.base import tvm_api
-from tvm_ext.facts.measure import check_parity, run
+from tvm_ext.measurement.measure import check_parity, run
 
 CASES = [
     (K.matmul, dict(M=8, N=12, K=16)),
@@ -95,7 +95,7 @@ def test_workload_survives_scheduling_via_its_attribute():
         (lambda: K.softmax(4, 4, "int8"), r"softmax: dtype='int8' is not supported"),
         (lambda: K.softmax(4, 4, exp="fast"), r"exp='fast': choose one of"),
         (lambda: K.conv2d(1, 1, 2, 2, 1, 3, 3), r"kernel 3x3 does not fit the padded input 2x2"),
-        (lambda: K.conv2d(1, 1, 8, 8, 1, padding=-1), r"padding=-1 must be a non-negative int"),
+        (lambda: K.conv2d(1, 1, 8, 8, 1, padding=-1), r"padding=-1 must be an int >= 0"),
         (lambda: K.layernorm(4, 4, eps=0.0), r"eps=0.0 must be a positive float"),
         (lambda: K.axpy(4, alpha=float("nan")), r"alpha=nan must be a finite number"),
     ],
@@ -113,7 +113,7 @@ def test_transpose_b_must_be_bool():
 def test_polynomial_exp_is_accurate_over_the_float32_range(host):
     """exp_poly against numpy's exp on a dense grid of [-87, 88] (normal float32 results)."""
     from tvm_ext.base.tvm_api import te, tvm
-    from tvm_ext.facts.kernels_rows import exp_poly
+    from tvm_ext.workloads.kernels_rows import exp_poly
 
     n = 1 << 16
     X = te.placeholder((n,), "float32", name="X")

@@ -19,6 +19,10 @@ from tvm_ext.base.errors import (
     TargetMismatch,
     WorkloadMismatch,
 )
+from tvm_ext.commands.report import report
+from tvm_ext.kernel_tuner.portability import schedule_features
+from tvm_ext.kernel_tuner.replayer import replay, replays_here
+from tvm_ext.kernel_tuner.tuner import tune
 from tvm_ext.records.logs import (
     FAILED_SECONDS,
     find_logs,
@@ -26,13 +30,9 @@ from tvm_ext.records.logs import (
     make_manifest,
     merge_into_log,
     read_manifest,
-    report,
     target_key,
     uses_tensorize,
 )
-from tvm_ext.search.portability import schedule_features
-from tvm_ext.search.replayer import replay, replays_here
-from tvm_ext.search.tuner import tune
 
 W = K.matmul(32, 32, 32)
 
@@ -189,7 +189,7 @@ def _frozen(root, w, sch, target):
 
 def test_a_vdpbf16ps_schedule_needs_avx512_bf16(tmp_path, host):
     from tvm_ext import schedules as S
-    from tvm_ext.facts.target import missing_features
+    from tvm_ext.hardware.target import missing_features
 
     spr = tvm_api.Target({"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 2,
                           "mtriple": "x86_64-unknown-linux-gnu"})  # fmt: skip
@@ -276,7 +276,7 @@ def test_tensorized_log_replays_in_a_fresh_process(tmp_path, host):
     path.write_text("".join(json.dumps(r) + "\n" for r in kept))
     code = (
         "from tvm_ext import kernels as K, host_target\n"
-        "from tvm_ext.search.replayer import replay\n"
+        "from tvm_ext.kernel_tuner.replayer import replay\n"
         "r = replay(K.matmul(64, 64, 64, 'bfloat16').func, host_target(), log_dir=%r)\n"
         "print(r.measurement.max_rel_error)\n" % str(tmp_path)
     )
@@ -288,7 +288,7 @@ def test_tensorized_log_replays_in_a_fresh_process(tmp_path, host):
 def test_replay_applies_the_record_the_manifest_names(log_copy, host):
     # tune() may return the hand schedule over a record timed faster earlier (it times both
     # side by side); the manifest then names that record and replay must apply it.
-    from tvm_ext.search.replayer import apply_logged_trace as apply_trace
+    from tvm_ext.kernel_tuner.replayer import apply_logged_trace as apply_trace
 
     root, folder = log_copy
     rows = [json.loads(line) for line in (folder / "database_tuning_record.json").open()]
@@ -339,14 +339,15 @@ def test_report_uses_the_peak_recorded_with_each_log(tuned, tmp_path, machine, h
     m = read_manifest(mine)
     peak = result.measurement.gflops / result.measurement.peak_fraction  # the tune's model
     assert m["peak_gflops"] == pytest.approx(peak)  # stored at tune time
-    other = dst / "llvm-znver4-2c" / mine.name  # a log of another CPU, its own peak recorded
+    elsewhere = "llvm-other-cpu-2c"  # never this host's key, whatever the CPU
+    other = dst / elsewhere / mine.name  # a log of another CPU, its own peak recorded
     shutil.copytree(mine, other)
-    (other / "manifest.json").write_text(json.dumps(m | {"target_key": "llvm-znver4-2c",
+    (other / "manifest.json").write_text(json.dumps(m | {"target_key": elsewhere,
                                                           "peak_gflops": 1000.0}))  # fmt: skip
-    old = dst / "llvm-znver4-2c" / "older"  # another CPU's log from before the field
+    old = dst / elsewhere / "older"  # another CPU's log from before the field
     shutil.copytree(mine, old)
     (old / "manifest.json").write_text(json.dumps({k: v for k, v in m.items() if k != "peak_gflops"}
-                                                  | {"target_key": "llvm-znver4-2c"}))  # fmt: skip
+                                                  | {"target_key": elsewhere}))  # fmt: skip
     table = report(dst, machine, host)
     rows = dict(zip(map(str, find_logs(dst)), table["% peak"]))
     assert rows[str(other)] == pytest.approx(100 * m["best_gflops"] / 1000.0)

@@ -3,10 +3,10 @@ import json
 import numpy as np
 import pytest
 
-import tvm_ext.facts.machine as M
+import tvm_ext.hardware.machine as M
 from tvm_ext.base import tvm_api
-from tvm_ext.facts.machine_model import Figure, MachineModel
-from tvm_ext.facts.target import lanes_for
+from tvm_ext.hardware.machine_model import Figure, MachineModel
+from tvm_ext.hardware.target import lanes_for
 
 
 def test_probed_model_is_plausible_and_sourced(machine, host):
@@ -28,7 +28,7 @@ def test_fma_probe_runs_the_chains_it_counts(host):
     # generated loop body must hold exactly that (a rate test would be at the mercy of noise).
     import re
 
-    from tvm_ext.facts.probe_kernels import fma_chains
+    from tvm_ext.hardware.probe_kernels import fma_chains
 
     chains, lanes = 12, lanes_for(host, 32)
     asm = tvm_api.build(tvm_api.IRModule({"main": fma_chains(1, chains, lanes, 1000)}), host)

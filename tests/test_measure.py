@@ -3,13 +3,13 @@ import dataclasses
 import numpy as np
 import pytest
 from tvm import te
-from tvm_ext.schedules.lecture import LectureConfig, lecture_cpu_matmul
+from tvm_ext.schedules.teaching.lecture import LectureConfig, lecture_cpu_matmul
 
 import tvm_ext
 from tvm_ext import kernels as K
 from tvm_ext.base import tvm_api
 from tvm_ext.base.errors import ParityError, ThreadConfigError
-from tvm_ext.facts.measure import check_parity
+from tvm_ext.measurement.measure import check_parity
 
 
 def _wrong_matmul(M, N, Kd):
@@ -93,7 +93,7 @@ def test_a_models_task_is_timed_without_its_weight_repack(host, monkeypatch):
     included; the time on the function without its repacking block, its weight a parameter in
     the packed layout, as the compiled model runs it once the repack is folded."""
     from tvm import topi
-    from tvm_ext.schedules.apply import schedule_func
+    from tvm_ext.schedules.rules.dispatch import schedule_func
 
     X = te.placeholder((8, 64), name="X")
     W = te.placeholder((96, 64), name="W")

@@ -12,17 +12,18 @@ import time
 import numpy as np
 import psutil
 import pytest
-from tvm_ext.schedules.apply import CPU_RULES
+from tvm_ext.schedules.rules.dispatch import CPU_RULES
 
 import tvm_ext
 from tvm_ext import kernels as K
 from tvm_ext import models
 from tvm_ext.base import tvm_api
 from tvm_ext.base.errors import NoLogFound, TargetMismatch, WorkloadMismatch
-from tvm_ext.faces.cli import main
+from tvm_ext.commands.cli import main
+from tvm_ext.kernel_tuner import stages
+from tvm_ext.model_pipeline import model_tasks
+from tvm_ext.model_pipeline.model_tuner import ModelTuneResult, describe
 from tvm_ext.records.logs import read_records, target_key
-from tvm_ext.search import model_tasks, stages
-from tvm_ext.search.model_tuner import ModelTuneResult, describe
 
 RULES = {rule.NAME for rule in CPU_RULES}
 
@@ -252,7 +253,7 @@ def test_a_task_with_an_annotated_intermediate_weight_keeps_one_workload(host, t
     annotation; in attention fused by Relax that operand is an intermediate buffer, which does
     not survive the log's JSON round trip structurally equal: a reopened database held the
     task twice and the log could not be merged (a full decoder tune crashed). Tasks drop it."""
-    from tvm_ext.search.compile import ModelSource, bind_and_lower
+    from tvm_ext.model_pipeline.compile import ModelSource, bind_and_lower
 
     source = ModelSource.of(models.build("decoder", "small"), None, None, None)
     lowered = bind_and_lower(source, host)

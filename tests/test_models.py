@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tvm_ext import models
-from tvm_ext.search.compile import compile_untuned
+from tvm_ext.model_pipeline.compile import compile_untuned
 
 NAMES = sorted(models.ZOO)
 

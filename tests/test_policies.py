@@ -301,7 +301,7 @@ def test_held_out_workloads_are_scored_only_by_policies_that_never_saw_them(data
 
 
 def test_tune_ranks_with_a_learned_policy(subset, tmp_path):
-    from tvm_ext.search.tuner import tune
+    from tvm_ext.kernel_tuner.tuner import tune
 
     policy = XGBoostPolicy.train(subset, seed=0, rounds=30)
     path = tmp_path / "m.json"
@@ -326,8 +326,8 @@ def test_tune_ranks_with_a_learned_policy(subset, tmp_path):
 
 def test_warm_start_models(subset):
     from tvm_ext.base.tvm_api import meta_schedule
-    from tvm_ext.facts.machine import host_machine
-    from tvm_ext.search.cost_models import WarmStartModel, pretrained_xgb_model
+    from tvm_ext.hardware.machine import host_machine
+    from tvm_ext.kernel_tuner.cost_models import WarmStartModel, pretrained_xgb_model
 
     ms = meta_schedule()
     policy = XGBoostPolicy.train(subset, seed=0, rounds=20)

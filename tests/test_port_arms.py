@@ -11,11 +11,11 @@ from tvm_ext import kernels as K
 from tvm_ext import measure
 from tvm_ext import schedules as S
 from tvm_ext.base import tvm_api
-from tvm_ext.facts.asm_loops import groups, run_once, trip_count
-from tvm_ext.facts.asm_text import Block, basic_blocks, instruction
-from tvm_ext.facts.isa import max_boost_hz, port_limits
-from tvm_ext.facts.machine_blocks import RESOURCES, block_costs, block_demand
-from tvm_ext.facts.machine_code import read_assembly
+from tvm_ext.built_code.asm_loops import groups, run_once, trip_count
+from tvm_ext.built_code.asm_text import Block, basic_blocks, instruction
+from tvm_ext.built_code.machine_blocks import RESOURCES, block_costs, block_demand
+from tvm_ext.built_code.machine_code import read_assembly
+from tvm_ext.hardware.isa import max_boost_hz, port_limits
 
 LOADS, LOAD_BYTES, STORES, STORE_BYTES, VECTOR_OPS = range(len(RESOURCES))
 

@@ -15,8 +15,8 @@ import pytest
 import rpc_farm
 
 from tvm_ext import kernels as K
-from tvm_ext.facts.device import Tracker
-from tvm_ext.search.remote import rpc_runner
+from tvm_ext.hardware.device import Tracker
+from tvm_ext.kernel_tuner.remote import rpc_runner
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 KEY = "tvmext-test"
@@ -47,7 +47,7 @@ def generous(model):
 def test_tune_through_the_tracker(tracker_with_two_servers, machine, tmp_path):
     """The user gives the devices' model (machine=); every time is taken on a device."""
     from tvm_ext import host_target
-    from tvm_ext.search.tuner import tune
+    from tvm_ext.kernel_tuner.tuner import tune
 
     address, _ = tracker_with_two_servers
     runner = rpc_runner(address, key=KEY, max_workers=2)
@@ -81,7 +81,7 @@ def test_tune_through_the_tracker(tracker_with_two_servers, machine, tmp_path):
 @pytest.mark.slow
 def test_device_model_is_probed_on_the_device(tracker_with_two_servers):
     from tvm_ext import host_target
-    from tvm_ext.facts.machine import device_machine
+    from tvm_ext.hardware.machine import device_machine
 
     address, _ = tracker_with_two_servers
     tracker = rpc_runner(address, key=KEY).tracker
@@ -99,7 +99,7 @@ def test_server_killed_mid_tune(tracker_with_two_servers, host, tmp_path):
     the log holds a record of every candidate sent to a server, measured or failed."""
     from tvm_ext import host_target
     from tvm_ext.base.tvm_api import meta_schedule, tvm
-    from tvm_ext.search.tuner import tune
+    from tvm_ext.kernel_tuner.tuner import tune
 
     ms = meta_schedule()
     address, servers = tracker_with_two_servers
@@ -164,8 +164,8 @@ def _as_run_here(line: str, port: int, key: str) -> tuple[dict, list[str]]:
 
 @pytest.mark.slow
 def test_readme_farm_commands_work_as_written(host, monkeypatch):
-    from tvm_ext.facts import measure as measure_module
-    from tvm_ext.search import session as session_module
+    from tvm_ext.kernel_tuner import session as session_module
+    from tvm_ext.measurement import measure as measure_module
 
     commands, python = readme_farm()
     port, key = rpc_farm.free_port(), KEY

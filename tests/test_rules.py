@@ -30,7 +30,7 @@ def _run(mod, func_args, target):
 def check_rule(func, target, rule: str, rtol=1e-5):
     """Schedule ``func``; assert ``rule`` took it and it computes what the plain build does."""
     func = func.with_attr("global_symbol", "main")
-    sch, took = S.apply_mod.schedule_func(func, target)
+    sch, took = S.rules.schedule_func(func, target)
     assert took == rule
     rng = np.random.default_rng(0)
     args = [rng.standard_normal(shape).astype(dtype) for shape, dtype in tvm_api.param_specs(func)]
@@ -76,9 +76,9 @@ def test_a_three_vector_panel_where_two_leave_few_accumulators(mcpu, tile):
     """BERT's matmuls have M = 128 rows: a two-vector panel gets 4 rows (the 7 that fit the
     stack tile do not divide 128), 8 accumulators; with 32 vector registers three vectors
     (48 lanes, dividing N = 768) give 4 x 48, 12 accumulators. AVX2's 16 registers keep two."""
-    from tvm_ext.schedules.rule_contraction import find_axes, tile_sizes
+    from tvm_ext.schedules.rules.contraction import find_axes, tile_sizes
 
-    from tvm_ext.facts.target import lanes_for
+    from tvm_ext.hardware.target import lanes_for
 
     X = te.placeholder((128, 64), name="X")
     W = te.placeholder((768, 64), name="W")
@@ -183,7 +183,7 @@ def test_schedule_takes_a_primfunc_module_or_schedule(host):
     with pytest.raises(TypeError, match="PrimFunc"):
         S.schedule("matmul", host)
     # A GPU target gets the GPU rules (TVM's dlight behind the same interface).
-    _, rule = S.apply_mod.schedule_func(func, tvm_api.Target({"kind": "cuda", "arch": "sm_90"}))
+    _, rule = S.rules.schedule_func(func, tvm_api.Target({"kind": "cuda", "arch": "sm_90"}))
     assert rule.startswith("dlight.")
     with pytest.raises(ScheduleNotApplicable, match="no IR rules for c targets"):
         S.schedule(func, tvm_api.Target({"kind": "c"}))
@@ -218,7 +218,7 @@ def test_weights_are_packed_once_at_compile_time(host):
 
 def test_attention_as_one_function_is_staged(host):
     from tvm_ext import models
-    from tvm_ext.search.compile import lower
+    from tvm_ext.model_pipeline.compile import lower
 
     model = models.build("decoder", "small", batch=1)
     weights = list(model.mod["forward"].params)[len(model.inputs) :]

@@ -6,7 +6,7 @@ from tvm_ext import kernels as K
 from tvm_ext import schedules as S
 from tvm_ext.base import tvm_api
 from tvm_ext.base.errors import ScheduleNotApplicable
-from tvm_ext.facts.measure import verify
+from tvm_ext.measurement.measure import verify
 
 CASES = [
     K.matmul(128, 128, 128),
@@ -130,7 +130,7 @@ def test_registry_lists_and_refuses(host):
     assert set(S.available({"kind": "cuda", "arch": "sm_90"})) == set(S.KERNELS)
     with pytest.raises(TypeError, match="expected a tvm_ext.kernels Workload"):
         S.schedule("matmul", host)
-    from tvm_ext.schedules import matmul_cpu
+    from tvm_ext.schedules.hand import matmul_cpu
 
     with pytest.raises(ScheduleNotApplicable, match="is not a matmul"):
         matmul_cpu.schedule(K.softmax(4, 4), host, matmul_cpu.MatmulCPUConfig())

@@ -11,7 +11,7 @@ from tvm_ext import cuda_target
 from tvm_ext import kernels as K
 from tvm_ext import schedules as S
 from tvm_ext.base import tvm_api
-from tvm_ext.facts.measure import verify
+from tvm_ext.measurement.measure import verify
 
 TARGET = cuda_target("sm_90")
 CASES = [
@@ -129,7 +129,7 @@ def test_a_model_is_scheduled_for_cuda_by_the_same_interface(tmp_path):
     """``apply(mod, cuda)``: every PrimFunc of a zoo model (legalized, fused) is taken by a
     GPU rule (dlight's, behind our rule interface), the module builds, and nvcc compiles it."""
     from tvm_ext import models
-    from tvm_ext.search.compile import lower
+    from tvm_ext.model_pipeline.compile import lower
 
     model = models.build("decoder", "small")
     lowered = lower(model.mod, TARGET, "forward")

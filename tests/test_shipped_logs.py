@@ -8,8 +8,8 @@ import pytest
 from conftest import cpu_has
 
 from tvm_ext.base.errors import OtherCPUWarning, TargetMismatch
+from tvm_ext.kernel_tuner.replayer import replay, replays_here
 from tvm_ext.records.logs import find_logs, read_manifest
-from tvm_ext.search.replayer import replay, replays_here
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "tuning_logs"
 SHIPPED = list(find_logs(ROOT))

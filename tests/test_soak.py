@@ -13,7 +13,7 @@ from tvm_ext import kernels as K
 
 @pytest.mark.slow
 def test_back_to_back_tunes_do_not_leak(tmp_path, host, monkeypatch):
-    from tvm_ext.search.tuner import tune
+    from tvm_ext.kernel_tuner.tuner import tune
 
     scratch = tmp_path / "tmp"
     scratch.mkdir()

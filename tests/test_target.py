@@ -8,8 +8,8 @@ from conftest import cpu_has
 
 import tvm_ext
 from tvm_ext.base import tvm_api
-from tvm_ext.facts import target as tgt
-from tvm_ext.facts.kernels import axpy
+from tvm_ext.hardware import target as tgt
+from tvm_ext.workloads.kernels import axpy
 
 
 def test_host_target_names_the_real_cpu_and_cores(host):
@@ -133,7 +133,7 @@ def test_bad_target_strings_say_what_is_wrong(text, match):
 
 
 def test_tune_measure_and_replay_take_target_strings(tmp_path):
-    from tvm_ext.search.replayer import replay
+    from tvm_ext.kernel_tuner.replayer import replay
 
     w = axpy(256)
     m = tvm_ext.measure(tvm_api.Schedule(w.func), w, "llvm", repeat=1)
@@ -162,7 +162,7 @@ def test_target_cores_requires_num_cores():
     "mcpu, bits", [("haswell", 256), ("x86-64", 128), ("skylake-avx512", 512), ("znver4", 512)]
 )
 def test_vector_bits_follow_the_target_not_the_host(mcpu, bits):
-    from tvm_ext.facts.target import lanes_for, vector_bits
+    from tvm_ext.hardware.target import lanes_for, vector_bits
 
     t = tvm_api.Target({"kind": "llvm", "mcpu": mcpu, "mtriple": "x86_64-unknown-linux-gnu"})
     assert vector_bits(t) == bits and lanes_for(t, 32) == bits // 32

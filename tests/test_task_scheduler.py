@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from tvm_ext.search.task_scheduler import TaskState, expected_gain_s, next_task, spend
+from tvm_ext.model_pipeline.task_scheduler import TaskState, expected_gain_s, next_task, spend
 
 
 def test_a_task_at_its_bound_gets_nothing_however_heavy():

@@ -5,13 +5,13 @@ import re
 import numpy as np
 import pytest
 from conftest import cpu_has
-from tvm_ext.schedules import matmul_bf16, matmul_vnni
+from tvm_ext.schedules.hand import matmul_bf16, matmul_vnni
 
 from tvm_ext import host_target
 from tvm_ext import kernels as K
 from tvm_ext import schedules as S
 from tvm_ext.base import tvm_api
-from tvm_ext.facts.measure import verify
+from tvm_ext.measurement.measure import verify
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +62,7 @@ def test_registration_is_idempotent_and_explicit():
     # Each name holds our intrinsic: the 16-lane dot product it claims, on the instruction
     # it claims.
     import tvm_ffi
-    from tvm_ext.schedules import intrin_x86
+    from tvm_ext.schedules.intrinsics import x86 as intrin_x86
 
     S.register_x86_intrinsics()
     for name, pair, instruction in (
@@ -179,7 +179,7 @@ def test_bf16_rule_claims_only_bf16_on_bf16_cpus(host):
     )
     w = K.matmul(20, 20, 20, "bfloat16")
     assert not matmul_bf16.applies(w, generic)
-    assert S.find_rule(w, generic).__name__.endswith("matmul_cpu")
+    assert S.find_schedule(w, generic).__name__.endswith("matmul_cpu")
     verify(S.schedule(w, generic), w, host)  # falls back to the generic CPU schedule
 
 
@@ -224,7 +224,7 @@ def test_a_users_matmul_is_tensorized_where_the_pattern_appears(
 ):
     target = request.getfixturevalue(target_fixture)
     func = _user_matmul(48, 32, 64, *dtypes, transpose_b=transpose_b)
-    sch, rule = S.apply_mod.schedule_func(func, target)
+    sch, rule = S.rules.schedule_func(func, target)
     assert rule == "suite"
     asm = tvm_api.build(sch.mod, target).inspect_source("asm")
     assert instruction in asm
@@ -233,7 +233,7 @@ def test_a_users_matmul_is_tensorized_where_the_pattern_appears(
 def test_structure_decides_not_names(host):
     """An fp32 matmul, a bf16 one with an epilogue or a different contraction are not the
     suite's dot matmuls: the generic rules take them."""
-    from tvm_ext.facts.kernels import by_structure
+    from tvm_ext.workloads.kernels import by_structure
 
     assert by_structure(_user_matmul(16, 16, 16, "bfloat16", "bfloat16", "float32")) is not None
     assert by_structure(_user_matmul(16, 16, 16, "float32", "float32", "float32")) is None

@@ -8,8 +8,8 @@ from tvm_ext.cost import RooflinePolicy, evaluate
 from tvm_ext import kernels as K
 from tvm_ext import schedules as S
 from tvm_ext.base import tvm_api
-from tvm_ext.search.cost_models import PolicyCostModel
-from tvm_ext.search.pruning import PruneStats, PruningSearch
+from tvm_ext.kernel_tuner.cost_models import PolicyCostModel
+from tvm_ext.kernel_tuner.pruning import PruneStats, PruningSearch
 
 ms = tvm_api.ms
 
@@ -128,7 +128,7 @@ def test_cost_model_adapter_ranks_the_hand_schedule_above_naive(setting, host, m
 
 
 def test_tune_tiny_workload(tmp_path, host):
-    from tvm_ext.search.tuner import tune
+    from tvm_ext.kernel_tuner.tuner import tune
 
     w = K.matmul(32, 32, 32)
     result = tune(
@@ -161,8 +161,8 @@ def test_failing_policy_stops_the_tune_and_keeps_a_valid_log(tmp_path, host):
     from tvm_ext.cost import Cost
 
     from tvm_ext.base.errors import PolicyError
-    from tvm_ext.search.replayer import replay
-    from tvm_ext.search.tuner import tune
+    from tvm_ext.kernel_tuner.replayer import replay
+    from tvm_ext.kernel_tuner.tuner import tune
 
     class NaNPolicy(RooflinePolicy):
         name = "nan-policy"
@@ -176,22 +176,29 @@ def test_failing_policy_stops_the_tune_and_keeps_a_valid_log(tmp_path, host):
     assert replay(w, host, tmp_path).measurement.max_rel_error < 1e-4  # hand record kept
 
 
-def test_package_level_tune_replay_and_rpc_runner_are_functions_that_forward(monkeypatch):
+def test_package_level_tune_and_replay_decide_kernel_or_model(monkeypatch):
     import inspect
 
     import tvm_ext
-    from tvm_ext.search import remote, replayer, tuner
+    from tvm_ext.kernel_tuner import remote
 
-    for name, home in (("tune", tuner), ("replay", replayer)):
+    # The facade holds the names it forwards to: patch them there.
+    for name in ("tune_kernel", "replay_kernel", "tune_model", "replay_model"):
+        monkeypatch.setattr(tvm_ext, name, lambda *a, _name=name, **k: (_name, a, k))
+    monkeypatch.setattr(tvm_ext, "is_model", lambda obj: obj == "model")
+    for name in ("tune", "replay"):
         assert inspect.isfunction(getattr(tvm_ext, name))
-        monkeypatch.setattr(home, name, lambda *a, _name=name, **k: (_name, a, k))
-        assert getattr(tvm_ext, name)(1, target=2) == (name, (1,), {"target": 2})
-    monkeypatch.setattr(remote, "rpc_runner", lambda *a, **k: ("rpc_runner", a, k))
-    assert tvm_ext.rpc_runner("h:1", "key", max_workers=2) == (
-        "rpc_runner",
-        ("h:1", "key"),
-        {"max_workers": 2},
-    )
+        assert getattr(tvm_ext, name)(1, target=2) == (f"{name}_kernel", (1, 2), {})
+        assert getattr(tvm_ext, name)("model", 2, trials=0) == (
+            f"{name}_model",
+            ("model", 2),
+            {"trials": 0},
+        )
+    # A kernel-only option given with a model is refused, naming it; its default passes.
+    with pytest.raises(ValueError, match=r"takes no \['audit'\]"):
+        tvm_ext.tune("model", audit=True)
+    assert tvm_ext.tune("model", audit=False)[2] == {}
+    assert tvm_ext.rpc_runner is remote.rpc_runner
 
 
 def test_tune_takes_a_workload(host):
@@ -205,7 +212,7 @@ def test_tune_takes_a_workload(host):
 
 def test_tune_bounds_and_measures_with_the_machine_it_is_given(host, machine, monkeypatch):
     import tvm_ext
-    from tvm_ext.search import session
+    from tvm_ext.kernel_tuner import session
 
     def this_hosts_model(*args, **kwargs):
         raise AssertionError("tune() used this host's model although one was given")

@@ -11,8 +11,8 @@ import pytest
 
 from tvm_ext import kernels as K
 from tvm_ext import schedules as S
+from tvm_ext.kernel_tuner import stages
 from tvm_ext.records.logs import run_seconds
-from tvm_ext.search import stages
 
 
 class Phases:
@@ -55,7 +55,7 @@ def test_audited_tune_has_no_regret_and_no_violation(tmp_path, host, monkeypatch
     (dropped ones too) ran no faster than its proven bound, and none the cut dropped would
     have beaten the incumbent. Margins: the audit's own (``noise``, 5 %) on top of the bound's
     ``slack`` (see test_cost.test_roofline_bound_holds_and_is_not_vacuous)."""
-    from tvm_ext.search.tuner import tune
+    from tvm_ext.kernel_tuner.tuner import tune
 
     w = K.matmul(64, 64, 64)
     hand = str(S.schedule(w, host).trace)
@@ -93,7 +93,7 @@ def test_tune_never_returns_a_slower_search_winner(tmp_path, host, monkeypatch,
     """Scripted times: the hand schedule's first measurement (the seed) reads slow, so the
     database's best is a search record; when that winner then times slower than the hand
     schedule side by side, the hand schedule is returned, with its own measurement."""
-    from tvm_ext.search.tuner import tune
+    from tvm_ext.kernel_tuner.tuner import tune
 
     w = K.matmul(32, 32, 32)
     hand = str(S.schedule(w, host).trace)

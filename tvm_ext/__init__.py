@@ -1,9 +1,12 @@
 """tvm-ext: hand schedules, admissible cost policies and trustworthy tuning logs for TensorIR.
 
 The public names. The package is in layers, each a folder, imports pointing one way
-(``tests/test_layers.py`` holds the contract): ``base`` (the door to TVM, errors) <- ``facts``
-(targets, machines, kernels, measurement) <- ``records`` (the tuning-log format) <-
-``schedules`` / ``cost`` <- ``search`` (tune, replay) <- ``faces`` (cli, lab).
+(``tests/test_layers.py`` holds the contract): ``base`` (the door to TVM, errors, files) and
+``built_code`` (readers of built assembly and IR) <- ``hardware`` (targets, ISA tables, the
+machine model) and ``workloads`` (the kernel suite, the model zoo) <- ``measurement`` (build,
+parity, time) <- ``records`` (every on-disk format) <- ``schedules`` / ``cost`` <-
+``kernel_tuner`` (tune and replay one kernel) <- ``model_pipeline`` (compile, tune and replay a
+model) <- ``commands`` (cli, lab). ``tune`` and ``replay`` here decide kernel or model.
 """
 
 from __future__ import annotations
@@ -11,49 +14,50 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 # tvm_api comes first: it raises TVM's thread-pool ceiling before anything can create the pool.
-from tvm_ext.base import errors, tvm_api  # noqa: F401
+from tvm_ext.base import errors, tvm_api  # noqa: F401  # isort: skip
 from tvm_ext.base.errors import ParityError, ScheduleNotApplicable, TuneError, TvmExtError
-from tvm_ext.facts import kernels, models
-from tvm_ext.facts.machine import host_machine
-from tvm_ext.facts.machine_model import MachineModel
-from tvm_ext.facts.measure import Measurement, measure
-from tvm_ext.facts.target import cuda_target, generic_target, host_target
+from tvm_ext.hardware.machine import host_machine
+from tvm_ext.hardware.machine_model import MachineModel
+from tvm_ext.hardware.target import cuda_target, generic_target, host_target
+from tvm_ext.kernel_tuner.remote import rpc_runner
+from tvm_ext.kernel_tuner.replayer import replay as replay_kernel
+from tvm_ext.kernel_tuner.tuner import tune as tune_kernel
+from tvm_ext.measurement.measure import Measurement, measure
+from tvm_ext.model_pipeline.compile import compile
+from tvm_ext.model_pipeline.model_replay import replay_model
+from tvm_ext.model_pipeline.model_tuner import is_model, tune_model
+from tvm_ext.workloads import kernels, models
+
+# Options of a kernel tune that a model tune does not take (it seeds each task by its rule and
+# runs every batch with its own settings), with the values that mean "not given".
+_KERNEL_ONLY = {"runner": None, "workload": None, "audit": False, "work_dir": None,
+                "hand_schedule": True}  # fmt: skip
 
 
 def tune(mod, target=None, **options):
-    """Tune a kernel, or a whole model (a ``models.ZOO`` model, a Relax IRModule, a module of
-    several PrimFuncs: every task seeded by its IR rule, the budget spent where the proven
-    bound leaves room); see :func:`tvm_ext.search.tuner.tune` and
-    :func:`tvm_ext.search.model_tuner.tune_model` (imported on first call: they load
-    MetaSchedule)."""
-    from tvm_ext.search.tuner import tune as _tune
+    """Tune a kernel, or a whole model.
 
-    return _tune(mod, target=target, **options)
+    A model (a ``models.ZOO`` model, a Relax IRModule, a module of several PrimFuncs) goes to
+    :func:`~tvm_ext.model_pipeline.model_tuner.tune_model` (every task seeded by its IR rule,
+    the budget spent where the proven bound leaves room; ``trials`` is the whole model's
+    budget, 0 allowed), anything else to :func:`~tvm_ext.kernel_tuner.tuner.tune`.
+    """
+    if is_model(mod):
+        odd = sorted(k for k, v in options.items() if k in _KERNEL_ONLY and v != _KERNEL_ONLY[k])
+        if odd:
+            raise ValueError(f"tune() of a model takes no {odd} (each task is seeded by its rule)")
+        return tune_model(mod, target, **{k: v for k, v in options.items()
+                                         if k not in _KERNEL_ONLY})  # fmt: skip
+    return tune_kernel(mod, target, **options)
 
 
 def replay(obj, target=None, **options):
-    """Replay a frozen log, or a model from its tasks' logs, with no search; see
-    :func:`tvm_ext.search.replayer.replay` and :func:`tvm_ext.search.model_tuner.replay_model`."""
-    from tvm_ext.search.replayer import replay as _replay
-
-    return _replay(obj, target=target, **options)
-
-
-def compile(model, target=None, params=None, **options):
-    """Compile a model (a ``models.ZOO`` model or a Relax IRModule) to a VM, every kernel
-    scheduled by the IR rules, parity checked; see :func:`tvm_ext.search.compile.compile`."""
-    from tvm_ext.search.compile import compile as _compile
-
-    return _compile(model, target=target, params=params, **options)
-
-
-def rpc_runner(tracker: str, key: str, **options):
-    """A MetaSchedule runner measuring on remote devices through TVM's RPC tracker
-    (``"host:port"``) under ``key``: a tune given one measures everything there; see
-    :func:`tvm_ext.search.remote.rpc_runner`."""
-    from tvm_ext.search.remote import rpc_runner as _rpc_runner
-
-    return _rpc_runner(tracker, key, **options)
+    """Replay a frozen log with no search: a model task by task
+    (:func:`~tvm_ext.model_pipeline.model_replay.replay_model`), anything else from its kernel
+    log (:func:`~tvm_ext.kernel_tuner.replayer.replay`)."""
+    if is_model(obj):
+        return replay_model(obj, target, **options)
+    return replay_kernel(obj, target, **options)
 
 
 __all__ = [

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tvm_ext.base import tvm_api
-from tvm_ext.facts.kernels import Workload
+from tvm_ext.schedules.common import check, check_config, is_cuda
 
-from .common import check, check_config, is_cuda
+from tvm_ext.base import tvm_api
+from tvm_ext.workloads.kernels import Workload
 
 KERNELS = ("conv2d",)
 

@@ -12,10 +12,10 @@ is predicated. batch_matmul runs the same nest per batch; a transposed B is pack
 
 from __future__ import annotations
 
-from tvm_ext.base import tvm_api
-from tvm_ext.facts.kernels import Workload
+from tvm_ext.schedules.common import find_block
 
-from .common import find_block
+from tvm_ext.base import tvm_api
+from tvm_ext.workloads.kernels import Workload
 
 
 def _pack_map(width: int, group: int, transposed: bool):

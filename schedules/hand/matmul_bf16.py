@@ -10,11 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tvm_ext.base import tvm_api
-from tvm_ext.facts.kernels import Workload
-from tvm_ext.facts.target import target_cores
-
-from .common import (
+from tvm_ext.schedules.common import (
     ACC_SCOPE,
     STACK_TILE_BYTES,
     ceil_div,
@@ -23,8 +19,12 @@ from .common import (
     has_feature,
     is_cpu,
 )
-from .dot_kernel import schedule_dot_kernel
-from .intrin_x86 import BF16_DOT_16x2, register_x86_intrinsics
+from tvm_ext.schedules.hand.dot_kernel import schedule_dot_kernel
+from tvm_ext.schedules.intrinsics.x86 import BF16_DOT_16x2, register_x86_intrinsics
+
+from tvm_ext.base import tvm_api
+from tvm_ext.hardware.target import target_cores
+from tvm_ext.workloads.kernels import Workload
 
 KERNELS = ("matmul", "batch_matmul")
 # The accumulator tile stays in registers only below 1 KiB (``_base.ACC_SCOPE``): 15 vectors.

@@ -14,11 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tvm_ext.base import tvm_api
-from tvm_ext.facts.kernels import Workload, np_dtype
-from tvm_ext.facts.target import target_cores
-
-from .common import (
+from tvm_ext.schedules.common import (
     ACC_SCOPE,
     STACK_TILE_BYTES,
     ceil_div,
@@ -29,6 +25,10 @@ from .common import (
     lanes_for,
     vector_registers,
 )
+
+from tvm_ext.base import tvm_api
+from tvm_ext.hardware.target import target_cores
+from tvm_ext.workloads.kernels import Workload, np_dtype
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tvm_ext.base import tvm_api
-from tvm_ext.facts.kernels import Workload
+from tvm_ext.schedules.common import ceil_div, check, check_config, find_block, is_cuda
 
-from .common import ceil_div, check, check_config, find_block, is_cuda
+from tvm_ext.base import tvm_api
+from tvm_ext.workloads.kernels import Workload
 
 KERNELS = ("matmul", "batch_matmul")
 

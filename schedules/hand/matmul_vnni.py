@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tvm_ext.base import tvm_api
-from tvm_ext.facts.kernels import Workload
+from tvm_ext.schedules.common import check, check_config, has_feature, is_cpu
+from tvm_ext.schedules.hand.dot_kernel import schedule_dot_kernel
+from tvm_ext.schedules.intrinsics.x86 import VNNI_DOT_16x4, register_x86_intrinsics
 
-from .common import check, check_config, has_feature, is_cpu
-from .dot_kernel import schedule_dot_kernel
-from .intrin_x86 import VNNI_DOT_16x4, register_x86_intrinsics
+from tvm_ext.base import tvm_api
+from tvm_ext.workloads.kernels import Workload
 
 KERNELS = ("matmul",)
 

@@ -11,11 +11,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tvm_ext.base import tvm_api
-from tvm_ext.facts.kernels import Workload
+from tvm_ext.schedules.common import ceil_div, check, check_config, find_block, is_cuda
+from tvm_ext.schedules.intrinsics.cuda import (
+    FILL,
+    LOAD_A,
+    LOAD_B,
+    STORE,
+    SYNC,
+    register_cuda_intrinsics,
+)
 
-from .common import ceil_div, check, check_config, find_block, is_cuda
-from .intrin_cuda import FILL, LOAD_A, LOAD_B, STORE, SYNC, register_cuda_intrinsics
+from tvm_ext.base import tvm_api
+from tvm_ext.workloads.kernels import Workload
 
 KERNELS = ("matmul",)
 

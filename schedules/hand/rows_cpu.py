@@ -11,10 +11,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from tvm_ext.base import tvm_api
-from tvm_ext.facts.kernels import Workload
+from tvm_ext.schedules.common import check, check_config, is_cpu, lanes_for
 
-from .common import check, check_config, is_cpu, lanes_for
+from tvm_ext.base import tvm_api
+from tvm_ext.workloads.kernels import Workload
 
 
 @dataclass(frozen=True)

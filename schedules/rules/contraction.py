@@ -19,10 +19,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tvm_ext.base import tvm_api
+from tvm_ext.schedules.common import (
+    ACC_SCOPE,
+    PARALLEL_MIN_WORK,
+    STACK_TILE_BYTES,
+    lanes_for,
+    vector_registers,
+)
+from tvm_ext.schedules.rules.fallback import loop_extent, parallel_spatial, work
 
-from .common import ACC_SCOPE, PARALLEL_MIN_WORK, STACK_TILE_BYTES, lanes_for, vector_registers
-from .rule_fallback import loop_extent, parallel_spatial, work
+from tvm_ext.base import tvm_api
 
 NAME = "contraction"
 

@@ -11,34 +11,27 @@ import logging
 from dataclasses import dataclass
 from types import ModuleType
 
+import pandas as pd
+from tvm_ext.schedules.rules import contraction, fallback, gpu, injective, rows, staged, suite
+
 from tvm_ext.base import tvm_api
 from tvm_ext.base.errors import ScheduleNotApplicable
-from tvm_ext.facts.target import as_target
-
-from . import (
-    rule_contraction,
-    rule_fallback,
-    rule_gpu,
-    rule_injective,
-    rule_rows,
-    rule_staged,
-    rule_suite,
-)
+from tvm_ext.hardware.target import as_target
 
 log = logging.getLogger(__name__)
 
 # The first rule that returns a schedule takes the function; the fallback takes anything.
 CPU_RULES: tuple[ModuleType, ...] = (
-    rule_suite,
-    rule_rows,
-    rule_contraction,
-    rule_staged,
-    rule_injective,
-    rule_fallback,
+    suite,
+    rows,
+    contraction,
+    staged,
+    injective,
+    fallback,
 )
 # GPU targets: the suite's CUDA hand schedules, then TVM's dlight GPU rules (their fallback
 # binds anything to blocks and threads).
-GPU_RULES = (rule_suite, *rule_gpu.DLIGHT_RULES)
+GPU_RULES = (suite, *gpu.DLIGHT_RULES)
 
 
 def rules_for(target) -> tuple:
@@ -46,7 +39,7 @@ def rules_for(target) -> tuple:
     kind = as_target(target).kind.name
     if kind == "llvm":
         return CPU_RULES
-    if kind in rule_gpu.GPU_KINDS:
+    if kind in gpu.GPU_KINDS:
         return GPU_RULES
     raise ScheduleNotApplicable(f"no IR rules for {kind} targets (llvm and GPU kinds have them)")
 
@@ -71,7 +64,6 @@ class Applied:
 
     def table(self):
         """The functions as a pandas DataFrame, largest share first."""
-        import pandas as pd
 
         rows = [vars(s) for s in sorted(self.functions, key=lambda s: -s.share)]
         return pd.DataFrame(rows, columns=["name", "rule", "flops", "calls", "share"])

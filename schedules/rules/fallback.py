@@ -8,10 +8,10 @@ fast for none in particular.
 
 from __future__ import annotations
 
-from tvm_ext.base import tvm_api
-from tvm_ext.facts.target import lanes_for
+from tvm_ext.schedules.common import PARALLEL_MIN_WORK
 
-from .common import PARALLEL_MIN_WORK
+from tvm_ext.base import tvm_api
+from tvm_ext.hardware.target import lanes_for
 
 NAME = "fallback"
 

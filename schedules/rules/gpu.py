@@ -3,7 +3,7 @@
 A GPU has what the CPU lacks in TVM: default schedules that read the IR (``s_tir.dlight.gpu``:
 matmul with shared-memory tiles, GEMV, reductions, transposes, and a thread-binding fallback).
 Each is wrapped here as a rule (``NAME`` and ``schedule_func(func, target) -> Schedule |
-None``) and placed after the suite's own CUDA hand schedules (``rule_suite``), so
+None``) and placed after the suite's own CUDA hand schedules (``suite``), so
 :func:`tvm_ext.schedules.apply` schedules every PrimFunc of a model for a GPU the way it does
 for a CPU and reports which rule took each.
 """

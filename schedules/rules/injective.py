@@ -8,9 +8,9 @@ the vector width and vectorized.
 
 from __future__ import annotations
 
-from tvm_ext.base import tvm_api
+from tvm_ext.schedules.rules.fallback import parallel_spatial, work
 
-from .rule_fallback import parallel_spatial, work
+from tvm_ext.base import tvm_api
 
 NAME = "injective"
 

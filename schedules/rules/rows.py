@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import math
 
-from tvm_ext.base import tvm_api
+from tvm_ext.schedules.common import PARALLEL_MIN_WORK, lanes_for
+from tvm_ext.schedules.rules.fallback import loop_extent, work
 
-from .common import PARALLEL_MIN_WORK, lanes_for
-from .rule_fallback import loop_extent, work
+from tvm_ext.base import tvm_api
 
 NAME = "rows"
 

@@ -3,8 +3,8 @@
 
 Reads the IR: after inlining element-wise chains, every block is scheduled where it stands
 (at the root, one stage after the other) by the pattern it has on its own: a reduction with a
-row axis is tiled as :mod:`.rule_contraction` tiles it, a reduction along a trailing axis
-gets vector partial sums in parallel rows as :mod:`.rule_rows` does, an element-wise block is
+row axis is tiled as :mod:`.contraction` tiles it, a reduction along a trailing axis
+gets vector partial sums in parallel rows as :mod:`.rows` does, an element-wise block is
 parallel and vectorized. Stages keep their intermediates in memory (no fusion), but each runs
 at its own pattern's speed; computing them inside one row loop instead would recompute a
 whole ``K`` and ``V`` per query row.
@@ -12,12 +12,12 @@ whole ``K`` and ``V`` per query row.
 
 from __future__ import annotations
 
-from tvm_ext.base import tvm_api
+from tvm_ext.schedules.common import PARALLEL_MIN_WORK, lanes_for
+from tvm_ext.schedules.rules.contraction import find_axes, tile, tile_sizes
+from tvm_ext.schedules.rules.fallback import parallel_spatial, work
+from tvm_ext.schedules.rules.rows import rfactor_lanes
 
-from .common import PARALLEL_MIN_WORK, lanes_for
-from .rule_contraction import find_axes, tile, tile_sizes
-from .rule_fallback import parallel_spatial, work
-from .rule_rows import rfactor_lanes
+from tvm_ext.base import tvm_api
 
 NAME = "staged"
 

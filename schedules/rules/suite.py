@@ -5,20 +5,20 @@ VNNI) fire wherever the pattern appears and the CPU has the instruction."""
 
 from __future__ import annotations
 
+from tvm_ext.schedules.hand import schedule_workload
+
 from tvm_ext.base.errors import ScheduleNotApplicable
-from tvm_ext.facts.kernels import by_structure, from_func
+from tvm_ext.workloads.kernels import by_structure, from_func
 
 NAME = "suite"
 
 
 def schedule_func(func, target):
-    """The suite kernel's hand schedule (``tvm_ext.schedules.schedule``), or None."""
-    from . import schedule  # the suite rules' dispatcher
-
+    """The suite kernel's hand schedule, or None."""
     workload = from_func(func) or by_structure(func)
     if workload is None:
         return None
     try:
-        return schedule(workload, target)
+        return schedule_workload(workload, target)
     except ScheduleNotApplicable:
         return None

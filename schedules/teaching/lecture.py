@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from tvm_ext.base import tvm_api
 from tvm_ext.base.errors import ScheduleNotApplicable
-from tvm_ext.facts.kernels import Workload
+from tvm_ext.workloads.kernels import Workload
 
 
 @dataclass(frozen=True)

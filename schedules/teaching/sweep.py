@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import pandas as pd
+from tvm_ext.schedules.teaching.lecture import LectureConfig, lecture_cpu_matmul
 
-from tvm_ext.facts.kernels import Workload
-from tvm_ext.facts.measure import measure
-from tvm_ext.facts.target import as_target
-
-from .lecture import LectureConfig, lecture_cpu_matmul
+from tvm_ext.hardware.target import as_target
+from tvm_ext.measurement.measure import measure
+from tvm_ext.workloads.kernels import Workload
 
 
 def tile_sweep(

@@ -21,14 +21,20 @@ import psutil
 # A user's own TVM_NUM_THREADS wins.
 os.environ.setdefault("TVM_NUM_THREADS", str(os.cpu_count() or 1))
 
+import importlib
+import sys
+import types
+
 import tvm  # noqa: E402  (must follow the environment set-up above)
 import tvm.s_tir  # noqa: E402,F401
 import tvm.tirx  # noqa: E402,F401
 import tvm_ffi  # noqa: E402,F401
 from tvm import ir, relax, runtime, s_tir, te, tirx, transform  # noqa: E402,F401
+from tvm.relax.expr_functor import PyExprVisitor, visitor
 from tvm.relax.frontend import nn as relax_nn  # noqa: E402,F401  (models)
 from tvm.s_tir import dlight  # noqa: E402,F401  (its IR analysis, for our rules)
 from tvm.s_tir import meta_schedule as ms  # noqa: E402,F401
+from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 from tvm.script import tirx as T  # noqa: E402,F401  (TVMScript, for kernels and intrinsics)
 from tvm.support.popen_pool import PopenPoolExecutor  # noqa: E402,F401
 from tvm.support.tar import tar  # noqa: E402,F401
@@ -125,7 +131,6 @@ def param_specs(func: PrimFunc) -> list[tuple[tuple[int, ...], str]]:
 
 def called_prim_funcs(func) -> list[str]:
     """Names of the PrimFuncs a Relax function calls with ``call_tir``, once per call site."""
-    from tvm.relax.expr_functor import PyExprVisitor, visitor
 
     call_tir = tvm.ir.Op.get("relax.call_tir")
     names: list[str] = []
@@ -165,12 +170,9 @@ def meta_schedule(target_kind: str = "llvm"):
     here) when a tuning context is made. The package is entered in ``sys.modules`` as a plain
     namespace over TVM's own files; only CUDA targets import a submodule (the WMMA/MMA
     intrinsics its stock rules use); CPU tuning uses a rule set without intrinsic rules
-    (tvm_ext.search.space.design_space). TVM's files are not changed;
+    (tvm_ext.kernel_tuner.space.design_space). TVM's files are not changed;
     ``import tvm.s_tir.tensor_intrin.x86`` still works afterwards.
     """
-    import importlib
-    import sys
-    import types
 
     name = "tvm.s_tir.tensor_intrin"
     if name not in sys.modules:
@@ -188,7 +190,6 @@ def stock_intrinsics(target_kind: str = "llvm") -> None:
     """Register the tensor intrinsics stock MetaSchedule's default rules name for a target
     kind (x86: VNNI/AVX512 dot products; cuda: WMMA/MMA), after :func:`meta_schedule` (whose
     stand-in package leaves them unregistered): for a stock ``tune_relax``/``tune_tir``."""
-    import importlib
 
     meta_schedule(target_kind)
     importlib.import_module(
@@ -219,7 +220,6 @@ def without_weight_repack(mod):
     rule mark them so), each repacked weight becoming a parameter in its packed layout: the
     function as a compiled model runs it, its weights repacked once at compile time. A module
     without such blocks comes back unchanged."""
-    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
     return RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
 

@@ -5,14 +5,20 @@ The machine code does not state loop trip counts, but LLVM's counted loops say t
 form that can be read exactly (:func:`trip_count`), and the blocks of a function the module
 never calls itself that lie on no cycle of its control flow run at most once per call
 (:func:`run_once`). :func:`groups` turns the first into groups of blocks whose runs go
-together, which :mod:`tvm_ext.facts.machine_blocks` prices as one.
+together, which :mod:`tvm_ext.built_code.machine_blocks` prices as one.
 """
 
 from __future__ import annotations
 
 import re
 
-from .asm_text import READS_LAST_OPERAND, Block, entry_functions, gpr, split_operands
+from tvm_ext.built_code.asm_text import (
+    READS_LAST_OPERAND,
+    Block,
+    entry_functions,
+    gpr,
+    split_operands,
+)
 
 # Instructions that write general registers they do not name last (or at all).
 _IMPLICIT = ("call", "mul", "div", "idiv", "cq", "cd", "cw", "rep", "movs", "stos", "lods",
@@ -209,7 +215,7 @@ def in_cycles(blocks: list[Block]) -> set[int] | None:
 def run_once(blocks: list[Block], text: str) -> frozenset[int]:
     """The blocks (numbers in ``blocks``) that run at most once per call of the kernel: those
     on no cycle of the control flow (:func:`in_cycles`) of an entry function
-    (:func:`~tvm_ext.facts.asm_text.entry_functions`): the entry runs once per call, and each
+    (:func:`~tvm_ext.built_code.asm_text.entry_functions`): the entry runs once per call, and each
     of its runs passes such a block at most once. They hold the argument checks (a dtype
     compared with vector logic)."""
     once: set[int] = set()

@@ -1,8 +1,8 @@
 """Reading LLVM's x86-64 assembly (AT&T syntax) as text: instructions, operands, registers,
 basic blocks and the labels and functions the code refers to.
 
-Shared by :mod:`tvm_ext.facts.machine_code` (module-wide facts) and
-:mod:`tvm_ext.facts.machine_blocks` (what each block asks of the core).
+Shared by :mod:`tvm_ext.built_code.machine_code` (module-wide facts) and
+:mod:`tvm_ext.built_code.machine_blocks` (what each block asks of the core).
 """
 
 from __future__ import annotations

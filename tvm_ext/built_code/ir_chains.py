@@ -18,7 +18,7 @@ of its class: it traces back (through value moves: ``phi``, ``select``, ``bitcas
 ``shufflevector``, ``insertelement``, ``extractelement``, ``freeze``, ``fneg``, FP
 conversions) to an operation of the class (the accumulator kept in a register), or to a load
 from a buffer the same function stores such a value to (the accumulator kept in memory).
-Buffers, and whether two accesses may alias, are :mod:`tvm_ext.facts.llvm_ir`'s (by base
+Buffers, and whether two accesses may alias, are :mod:`tvm_ext.built_code.llvm_ir`'s (by base
 pointer; a base it cannot name aliases everything).
 
 Why the width bounds the outputs one machine step carries: the previous step's result is
@@ -71,7 +71,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .llvm_ir import FP_TYPE, Function, Op, functions, has_unknown
+from tvm_ext.built_code.llvm_ir import FP_TYPE, Function, Op, functions, has_unknown
 
 _MOVES = ("phi", "select", "bitcast", "shufflevector", "insertelement", "extractelement",
           "freeze", "fneg", "fpext", "fptrunc", "addrspacecast")  # fmt: skip
@@ -128,7 +128,7 @@ def _class(op: Op, ops: dict[str, Op]) -> str | None:
 
 
 class Chains:
-    """The reduction chains of one :class:`~tvm_ext.facts.llvm_ir.Function`."""
+    """The reduction chains of one :class:`~tvm_ext.built_code.llvm_ir.Function`."""
 
     def __init__(self, fn: Function):
         self.fn, self.ops = fn, fn.ops

@@ -8,7 +8,7 @@ base this reader cannot name aliases everything. TVM declares its buffers ``noal
 (``tirx.noalias``), so distinct bases are distinct buffers. A construct the reader does not
 know makes it more conservative, never less (an unknown pointer aliases everything; an
 operand it cannot parse is not a value move). What the IR says about reduction chains is
-:mod:`tvm_ext.facts.ir_chains`.
+:mod:`tvm_ext.built_code.ir_chains`.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A stage-2 bound that counts only arithmetic (``machine_code.compute``) cannot see a hot loop
 that needs a load for every FMA, or gathers a column element by element. For every basic block
-``B`` (:mod:`tvm_ext.facts.asm_text`: entered only at its top, left only at its bottom, so each
+``B`` (:mod:`tvm_ext.built_code.asm_text`: entered only at its top, left only at its bottom, so each
 time it runs all of its instructions run) :func:`block_demand` counts
 
 - ``cap``: the most FLOPs one run of ``B`` can do: every floating-point arithmetic instruction
@@ -25,9 +25,9 @@ time it runs all of its instructions run) :func:`block_demand` counts
   from a general register, a mask-register instruction or a gather (whose pipes differ by
   core: counting none is safe).
 
-Blocks whose runs go together are priced as one group (:func:`tvm_ext.facts.asm_loops.groups`:
+Blocks whose runs go together are priced as one group (:func:`tvm_ext.built_code.asm_loops.groups`:
 a counted loop with the block that enters it and the one it exits to), and the blocks of an
-entry function that run at most once per call (:func:`tvm_ext.facts.asm_loops.run_once`: the
+entry function that run at most once per call (:func:`tvm_ext.built_code.asm_loops.run_once`: the
 argument checks) are set apart with their capacity, ``once_cap``. :func:`block_costs` keeps,
 per resource, the smallest ratio ``demand / cap`` over the groups with ``cap > 0``
 (:attr:`BlockCosts.per_flop`).
@@ -45,8 +45,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .asm_loops import groups, run_once
-from .asm_text import (
+from tvm_ext.built_code.asm_loops import groups, run_once
+from tvm_ext.built_code.asm_text import (
     FMA_STEMS,
     FP_STEM_X87,
     READS_LAST_OPERAND,
@@ -55,7 +55,7 @@ from .asm_text import (
     no_arith,  # fmt: skip
     split_operands,
 )
-from .asm_text import vector_bits as _bits
+from tvm_ext.built_code.asm_text import vector_bits as _bits
 
 RESOURCES = ("loads", "load_bytes", "stores", "store_bytes", "vector_ops")
 # Instructions that touch no memory slot or pipe we count, whatever their operands say.

@@ -25,10 +25,10 @@ function of the module:
 - counts of FMA instructions, vector loads, stores and stack spills (``(%rsp)`` stores);
 - ``per_flop``: per basic block, the loads, load bytes, stores, store bytes and vector-pipe
   instructions for each FLOP the block can do, the smallest over the blocks
-  (:mod:`tvm_ext.facts.machine_blocks`).
+  (:mod:`tvm_ext.built_code.machine_blocks`).
 
 and, from the module's optimized LLVM IR (:func:`read_module`), how many elements a step of a
-reduction chain processes (:mod:`tvm_ext.facts.ir_chains`).
+reduction chain processes (:mod:`tvm_ext.built_code.ir_chains`).
 
 This is pure text reading: building and printing the module is ``tvm_api.assembly`` and
 ``tvm_api.llvm_ir``.
@@ -40,7 +40,7 @@ import logging
 import re
 from dataclasses import dataclass, replace
 
-from .asm_text import (
+from tvm_ext.built_code.asm_text import (
     FMA_STEMS,
     FP_STEM_X87,
     REG_BITS,
@@ -49,8 +49,8 @@ from .asm_text import (
     no_arith,
     vector_registers,  # fmt: skip
 )
-from .ir_chains import chain_facts
-from .machine_blocks import block_costs
+from tvm_ext.built_code.ir_chains import chain_facts
+from tvm_ext.built_code.machine_blocks import block_costs
 
 log = logging.getLogger(__name__)
 
@@ -222,7 +222,7 @@ def read_assembly(text: str) -> CodeFacts:
 
 def read_module(asm: str, ir: str | None = None) -> CodeFacts:
     """:func:`read_assembly`, plus the reduction chain facts of the module's optimized LLVM
-    IR when given (:func:`tvm_ext.facts.ir_chains.chain_facts`)."""
+    IR when given (:func:`tvm_ext.built_code.ir_chains.chain_facts`)."""
     code = read_assembly(asm)
     if ir is None:
         return code

@@ -1,1 +1,1 @@
-"""Layer 6: what people run (command line, lab)."""
+"""Layer 7: what people run: the ``tvm-ext`` command line (``cli``) and the mini-lab (``lab``)."""

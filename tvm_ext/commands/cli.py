@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import datetime
+import inspect
 import json
 import logging
+import os
+import pathlib
 import sys
 import traceback
 import warnings
+from importlib.metadata import version
 
 import pandas as pd
 
@@ -17,6 +22,20 @@ from tvm_ext.base.errors import (
     ModelFileError,
     TvmExtError,
 )
+from tvm_ext.base.tvm_api import TVM_VERSION
+from tvm_ext.commands.lab import run_lab, run_model_lab
+from tvm_ext.commands.report import report
+from tvm_ext.cost import RooflinePolicy, ServicePolicy, ServiceProfile, XGBoostPolicy, dataset
+from tvm_ext.cost.heldout import evaluate_policies
+from tvm_ext.cost.training_data import write_frame
+from tvm_ext.hardware.machine import cache_path, host_machine
+from tvm_ext.hardware.target import host_target
+from tvm_ext.kernel_tuner.replayer import replay, replays_here
+from tvm_ext.kernel_tuner.tuner import tune
+from tvm_ext.model_pipeline.model_replay import replay_model
+from tvm_ext.model_pipeline.model_tuner import describe, tune_model
+from tvm_ext.records.logs import cpu_model, find_logs, target_key
+from tvm_ext.workloads import kernels, models
 
 # A user's mistake (a bad size, dtype, file or folder) ends in one line and exit code 2; a
 # failure of the work itself (nothing measured, parity) in one line and exit code 1.
@@ -24,11 +43,6 @@ USER_ERRORS = (ValueError, OSError, LogError, ModelFileError, DatasetError)
 
 
 def _info(args) -> int:
-    from importlib.metadata import version
-
-    from tvm_ext.base.tvm_api import TVM_VERSION
-    from tvm_ext.facts.machine import cache_path, host_machine
-    from tvm_ext.facts.target import host_target
 
     target = host_target()
     model = host_machine(target, reprobe=args.reprobe)
@@ -52,8 +66,6 @@ def _info(args) -> int:
 
 
 def _lab(args) -> int:
-    from tvm_ext.faces.lab import run_lab
-    from tvm_ext.facts.target import host_target
 
     target = host_target()
     print(
@@ -65,8 +77,6 @@ def _lab(args) -> int:
         print(table.to_string(index=False, float_format=lambda x: f"{x:.2f}"))
     failed = table["parity"].str.startswith("FAIL").any()
     if args.model != "none":
-        from tvm_ext.faces.lab import run_model_lab
-
         models = run_model_lab(args.model, args.model_size, target)
         model = models.attrs["model"]
         print(
@@ -79,15 +89,11 @@ def _lab(args) -> int:
 
 
 def _is_zoo_model(name: str) -> bool:
-    from tvm_ext.facts import models
 
     return name in models.ZOO
 
 
 def _tune_model(args) -> int:
-    from tvm_ext.facts import models
-    from tvm_ext.facts.target import host_target
-    from tvm_ext.search.model_tuner import describe, tune_model
 
     if args.shape:
         raise ValueError(f"{args.kernel} is a zoo model: it takes --size and --batch, no sizes")
@@ -111,11 +117,6 @@ def _print_tasks(table) -> None:
 
 
 def _tune(args) -> int:
-    import inspect
-
-    from tvm_ext.facts import kernels
-    from tvm_ext.facts.target import host_target
-    from tvm_ext.search.tuner import tune
 
     if _is_zoo_model(args.kernel):
         return _tune_model(args)
@@ -163,9 +164,6 @@ def _tune(args) -> int:
 
 
 def _replay_model(args) -> int:
-    from tvm_ext.facts import models
-    from tvm_ext.search.model_replay import replay_model
-    from tvm_ext.search.model_tuner import describe
 
     model = models.build(args.folder, args.size, batch=args.batch)
     r = replay_model(model, None, args.log_dir, allow_other_target=args.allow_other_target)
@@ -176,11 +174,6 @@ def _replay_model(args) -> int:
 
 
 def _replay(args) -> int:
-    import os
-
-    from tvm_ext.facts.target import host_target
-    from tvm_ext.records.logs import cpu_model, target_key
-    from tvm_ext.search.replayer import replay
 
     if _is_zoo_model(args.folder) and not os.path.exists(args.folder):
         return _replay_model(args)
@@ -200,12 +193,6 @@ def _replay(args) -> int:
 
 
 def _report(args) -> int:
-    import pathlib
-
-    from tvm_ext.facts.machine import host_machine
-    from tvm_ext.facts.target import host_target
-    from tvm_ext.records.logs import find_logs, report
-    from tvm_ext.search.replayer import replays_here
 
     if not pathlib.Path(args.log_dir).is_dir():
         raise FileNotFoundError(f"{args.log_dir}: no such folder of tuning logs")
@@ -226,7 +213,6 @@ def _report(args) -> int:
 
 def load_policy(spec: str):
     """``roofline``, ``service:PROFILE.json`` or ``xgboost:MODEL.json`` as a policy."""
-    from tvm_ext.cost import RooflinePolicy, ServicePolicy, ServiceProfile, XGBoostPolicy
 
     kind, _, path = spec.partition(":")
     if kind == "roofline" and not path:
@@ -244,14 +230,6 @@ DATASET_FILE = "dataset.csv.gz"
 
 
 def _evaluate_policies(args) -> int:
-    import datetime
-    import pathlib
-
-    from tvm_ext.cost import dataset
-    from tvm_ext.cost.heldout import evaluate_policies
-    from tvm_ext.cost.training_data import write_frame
-    from tvm_ext.facts.machine import host_machine
-    from tvm_ext.records.logs import cpu_model
 
     machine = host_machine()  # prices the roofline columns; frozen beside the results
     data = dataset(args.logs, progress=True, machine=machine)

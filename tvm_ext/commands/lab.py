@@ -8,10 +8,16 @@ from typing import Callable
 
 import pandas as pd
 
+from tvm_ext import schedules
 from tvm_ext.base.errors import ParityError
-from tvm_ext.facts import kernels
-from tvm_ext.facts.measure import measure
-from tvm_ext.facts.target import as_target
+from tvm_ext.cost import RooflinePolicy, evaluate
+from tvm_ext.hardware.target import as_target, target_cores
+from tvm_ext.kernel_tuner.tuner import tune
+from tvm_ext.measurement.measure import measure, time_callable
+from tvm_ext.model_pipeline.compile import compile, compile_untuned
+from tvm_ext.schedules.teaching.lecture import lecture_cpu_matmul
+from tvm_ext.workloads import kernels, models
+from tvm_ext.workloads.models_torch import torch_eager
 
 log = logging.getLogger(__name__)
 
@@ -27,8 +33,6 @@ class LabRow:
 
 def default_rows(trials: int = 32) -> list[LabRow]:
     """Naive, the lecture's schedule, our hand schedule, and (``trials`` > 0) a tuned one."""
-    from tvm_ext import schedules
-    from tvm_ext.schedules.lecture import lecture_cpu_matmul
 
     rows = [
         LabRow(
@@ -48,8 +52,6 @@ def default_rows(trials: int = 32) -> list[LabRow]:
         ),
     ]
     if trials > 0:
-        from tvm_ext.search.tuner import tune
-
         rows.append(
             LabRow(
                 f"tuned ({trials} trials)",
@@ -67,7 +69,6 @@ def run_lab(
 
     ``binding`` is the roofline arm that bounds the row's schedule, ``x_bound`` how far above
     that proven bound it ran."""
-    from tvm_ext.cost import RooflinePolicy, evaluate
 
     target = as_target(target)
     workload = kernels.matmul(size, size, size)
@@ -111,11 +112,6 @@ def run_model_lab(name: str = "decoder", size: str = "full", target=None) -> pd.
     (when installed), each parity-checked against the model's numpy reference before it is
     timed, all on the target's ``num-cores`` threads. A contender that fails parity shows
     ``FAIL`` and no time; torch absent shows why."""
-    from tvm_ext.facts import models
-    from tvm_ext.facts.measure import time_callable
-    from tvm_ext.facts.models_torch import torch_eager
-    from tvm_ext.facts.target import target_cores
-    from tvm_ext.search.compile import compile, compile_untuned
 
     target = as_target(target)
     model = models.build(name, size)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from tvm_ext.base import tvm_api
 from tvm_ext.base.errors import DeviceError
-from tvm_ext.facts.target import target_cores
+from tvm_ext.hardware.target import target_cores
 
 # TVM's RPC client (tvm.rpc), reached through the door's MetaSchedule, whose runner uses it.
 _rpc = tvm_api.ms.runner.config.rpc

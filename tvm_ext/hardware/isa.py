@@ -162,7 +162,7 @@ def stores_per_cycle(cpu: str) -> int:
 def port_limits(cpu: str) -> tuple[float, float, float, float, float]:
     """Per cycle, the most loads, load bytes, stores, store bytes and computing vector
     instructions one core of ``cpu`` issues (the order of
-    :data:`tvm_ext.facts.machine_blocks.RESOURCES`). A CPU the tables do not name may be a
+    :data:`tvm_ext.built_code.machine_blocks.RESOURCES`). A CPU the tables do not name may be a
     later core with wider ports: twice each."""
     scale = 1 if cpu in MAX_BOOST_GHZ else 2
     return (LOADS_PER_CYCLE * scale, LOAD_BYTES_PER_CYCLE * scale, stores_per_cycle(cpu),

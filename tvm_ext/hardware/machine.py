@@ -1,22 +1,20 @@
 """Where a machine model comes from: probed once per CPU model and core count
-(:mod:`tvm_ext.facts.machine_probes`), then read from the user cache directory
+(:mod:`tvm_ext.hardware.machine_probes`), then read from the user cache directory
 (``tvm-ext info --reprobe`` measures again), with the user's overrides on top. The model itself
-is :class:`~tvm_ext.facts.machine_model.MachineModel`.
+is :class:`~tvm_ext.hardware.machine_model.MachineModel`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import pathlib
 
-import platformdirs
-
-from tvm_ext.facts.device import Tracker
-from tvm_ext.facts.machine_model import MachineModel
-from tvm_ext.facts.machine_probes import probe, probe_device
-from tvm_ext.facts.target import as_target, target_cores, target_cpu
+from tvm_ext.base.files import atomic_write, cache_dir
+from tvm_ext.hardware.device import Tracker
+from tvm_ext.hardware.machine_model import MachineModel
+from tvm_ext.hardware.machine_probes import probe, probe_device
+from tvm_ext.hardware.target import as_target, target_cores, target_cpu
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +37,7 @@ def _cached(path: pathlib.Path, reprobe: bool, make) -> MachineModel:
             log.warning("ignoring unreadable machine cache %s (%s); probing again", path, err)
     if model is None:
         model = make()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(model.to_json(), indent=2))
-        tmp.replace(path)
+        atomic_write(path, json.dumps(model.to_json(), indent=2))
     return model
 
 
@@ -51,8 +46,7 @@ def cache_path(target) -> pathlib.Path:
     when it is set (read at each call; the test suite points it at a temporary folder), else
     in the user cache directory."""
     name = f"machine-{target_cpu(target)}-{target_cores(target)}c.json"
-    root = os.environ.get("TVM_EXT_CACHE_DIR") or platformdirs.user_cache_dir("tvm-ext")
-    return pathlib.Path(root) / name
+    return cache_dir() / name
 
 
 def host_machine(

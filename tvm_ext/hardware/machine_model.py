@@ -1,10 +1,10 @@
 """The host's machine model (roofline): compute peaks per dtype, bandwidth per memory level.
 
 Every figure carries its source: ``probed`` (measured by kernels TVM generates,
-:mod:`tvm_ext.facts.machine_probes`), ``table`` (derived from a probed figure and a documented
+:mod:`tvm_ext.hardware.machine_probes`), ``table`` (derived from a probed figure and a documented
 ISA ratio) or ``user``. Where a model comes from and where it is kept (probed once per CPU
 model and core count, cached in the user cache directory; ``tvm-ext info --reprobe`` measures
-again) is :mod:`tvm_ext.facts.machine`.
+again) is :mod:`tvm_ext.hardware.machine`.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 :func:`probe` measures the host's fp32 peak, FMA latency and LLC/DRAM bandwidths;
 :func:`probe_device` a device's peak and latency through an RPC session. The model and its
-cache are :mod:`tvm_ext.facts.machine` (which calls these on a cache miss).
+cache are :mod:`tvm_ext.hardware.machine` (which calls these on a cache miss).
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import numpy as np
 from tvm_ext.base import tvm_api
 from tvm_ext.base.errors import ProbeError
 from tvm_ext.base.host_threads import settle
-from tvm_ext.facts.device import Runtime, Tracker
-from tvm_ext.facts.machine_model import Figure, MachineModel
-from tvm_ext.facts.probe_kernels import fma_chains, stream_copy, stream_read
-from tvm_ext.facts.target import (
+from tvm_ext.hardware.device import Runtime, Tracker
+from tvm_ext.hardware.machine_model import Figure, MachineModel
+from tvm_ext.hardware.probe_kernels import fma_chains, stream_copy, stream_read
+from tvm_ext.hardware.target import (
     as_target,
     has_feature,
     lanes_for,

@@ -14,6 +14,7 @@ import re
 import warnings
 
 from tvm_ext.base import tvm_api
+from tvm_ext.base.checks import checked_int
 
 log = logging.getLogger(__name__)
 
@@ -211,8 +212,7 @@ def _host_llvm_config(config: dict) -> dict:
     elif not tvm_api.global_func("target.llvm_is_valid_cpu")(str(config["mcpu"]), triple):
         raise ValueError(f"mcpu={config['mcpu']!r} is not a CPU LLVM knows under {triple}")
     cores = config.setdefault("num-cores", tvm_api.physical_cores())
-    if isinstance(cores, bool) or not isinstance(cores, int) or cores < 1:
-        raise ValueError(f"num-cores={cores!r} must be a positive int")
+    checked_int("num-cores", cores)
     return config
 
 

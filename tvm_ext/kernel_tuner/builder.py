@@ -6,8 +6,8 @@ functions in yet another pool when it is made. This builder starts ``workers`` p
 once and builds every batch in them; a worker whose build hangs is killed and replaced.
 
 With a stage-2 cut attached (:meth:`PersistentBuilder.attach`, a
-:class:`~tvm_ext.search.pruning.PostBuildCut`) each worker also reads the machine code of
-the module it built (:func:`~tvm_ext.facts.machine_code.read_module`, from LLVM's
+:class:`~tvm_ext.kernel_tuner.pruning.PostBuildCut`) each worker also reads the machine code of
+the module it built (:func:`~tvm_ext.built_code.machine_code.read_module`, from LLVM's
 assembly and optimized IR of the same module, before the artifact is exported); the cut
 then decides which candidates are worth running, and a withheld one is returned as a build
 without an artifact.
@@ -21,7 +21,7 @@ import shutil
 import tempfile
 
 from tvm_ext.base import tvm_api
-from tvm_ext.facts.machine_code import CodeFacts, read_module
+from tvm_ext.built_code.machine_code import CodeFacts, read_module
 
 ms = tvm_api.ms
 

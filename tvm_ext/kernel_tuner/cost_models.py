@@ -1,11 +1,9 @@
 """A cost policy as MetaSchedule's cost model: to rank its candidates
 (:class:`PolicyCostModel`), or to warm-start its online XGB model (:class:`WarmStartModel`,
-:func:`pretrained_xgb_model`). The admissible cut is :mod:`tvm_ext.search.pruning`'s.
+:func:`pretrained_xgb_model`). The admissible cut is :mod:`tvm_ext.kernel_tuner.pruning`'s.
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -13,9 +11,8 @@ from tvm_ext.base import tvm_api
 from tvm_ext.base.errors import PolicyError
 from tvm_ext.cost.features import CandidateFeatures, features
 from tvm_ext.cost.policy import Cost, hard_constraints, validated_coefficients, validated_cost
-
-if TYPE_CHECKING:
-    from tvm_ext.search.pruning import PruneStats
+from tvm_ext.cost.training_data import ReplayedLog, log_folders
+from tvm_ext.kernel_tuner.prune_stats import PruneStats
 
 ms = tvm_api.ms
 derived_object = tvm_api.derived_object
@@ -135,7 +132,6 @@ def pretrained_xgb_model(log_dirs, *, exclude=(), num_tuning_cores: int = 1):
     """MetaSchedule's own ``XGBModel`` updated first with the records of ``log_dirs`` (one
     update per workload, as its per-workload normalization expects), skipping the workload
     keys in ``exclude``: stock MetaSchedule warm-started from past measurements."""
-    from tvm_ext.cost.training_data import ReplayedLog, log_folders
 
     model = ms.cost_model.XGBModel(num_tuning_cores=num_tuning_cores)
     for folder in log_folders(log_dirs):

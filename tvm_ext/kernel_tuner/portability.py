@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 
 from tvm_ext.base import tvm_api
-from tvm_ext.facts.target import cpu_features, missing_features, target_cpu, vector_bits
+from tvm_ext.hardware.target import cpu_features, missing_features, target_cpu, vector_bits
 from tvm_ext.records.logs import cpu_model, target_key
 
 tirx, s_tir = tvm_api.tirx, tvm_api.s_tir

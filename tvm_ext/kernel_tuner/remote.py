@@ -17,8 +17,9 @@ from __future__ import annotations
 import warnings
 
 from tvm_ext.base import tvm_api
+from tvm_ext.base.checks import checked_int
 from tvm_ext.base.errors import TuneError
-from tvm_ext.facts.device import Tracker
+from tvm_ext.hardware.device import Tracker
 
 ms = tvm_api.ms
 
@@ -117,8 +118,7 @@ def rpc_runner(
     if not isinstance(key, str) or not key:
         raise ValueError(f"key={key!r} must be a non-empty string")
     for name, value in (("session_timeout_s", session_timeout_s), ("max_workers", max_workers)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name}={value!r} must be a positive int")
+        checked_int(name, value)
     evaluator = ms.runner.EvaluatorConfig(
         number=number, repeat=repeat, min_repeat_ms=min_repeat_ms, enable_cpu_cache_flush=False
     )

@@ -19,9 +19,9 @@ from tvm_ext.base.errors import (
     TargetMismatch,
     WorkloadMismatch,
 )
-from tvm_ext.facts.kernels import SUITE, Workload, from_func
-from tvm_ext.facts.measure import Measurement, measure
-from tvm_ext.facts.target import as_target
+from tvm_ext.hardware.target import as_target
+from tvm_ext.kernel_tuner.portability import portability, runnable_here
+from tvm_ext.measurement.measure import Measurement, measure
 from tvm_ext.records.logs import (
     MANIFEST_FILE,
     RECORDS_FILE,
@@ -38,7 +38,7 @@ from tvm_ext.records.logs import (
     workload_key,
 )
 from tvm_ext.schedules import register_cuda_intrinsics, register_x86_intrinsics
-from tvm_ext.search.portability import portability, runnable_here
+from tvm_ext.workloads.kernels import SUITE, Workload, from_func
 
 
 @dataclass(frozen=True)
@@ -127,7 +127,7 @@ def _check_workload(manifest: dict, func, folder: pathlib.Path) -> None:
 
 def _check_target(manifest: dict, sch, target, folder, allow_other_target: bool):
     """Whether the log's schedule replays for ``target`` (see
-    :mod:`tvm_ext.search.portability`): a :class:`TargetMismatch` naming what is missing,
+    :mod:`tvm_ext.kernel_tuner.portability`): a :class:`TargetMismatch` naming what is missing,
     unless ``allow_other_target``."""
     missing_here = runnable_here(target)
     if missing_here:
@@ -184,30 +184,20 @@ def replay(
     *,
     allow_other_target: bool = False,
     repeat: int = 10,
-    **model_options,
 ):
     """Apply the best record of a frozen log with no search, re-check parity, measure it.
 
     ``obj`` is a Workload, IRModule or PrimFunc (its log is found under ``log_dir`` by target
-    and workload key), or the path of one log folder (the workload stored in the log). A
-    model (a zoo Model, a Relax IRModule) is replayed task by task by
-    :func:`~tvm_ext.search.model_replay.replay_model` (``model_options``: its ``params``,
-    ``reference``, ``inputs``), which returns a ``ModelReplayResult``.
+    and workload key), or the path of one log folder (the workload stored in the log). (A
+    model is replayed task by task by :func:`~tvm_ext.model_pipeline.model_replay.replay_model`;
+    ``tvm_ext.replay`` decides which.)
 
     A log tuned on another CPU replays when ``target``'s CPU has every ISA feature its
-    schedule uses (:mod:`tvm_ext.search.portability`), built for ``target``, with an
+    schedule uses (:mod:`tvm_ext.kernel_tuner.portability`), built for ``target``, with an
     :class:`~tvm_ext.base.errors.OtherCPUWarning` showing the recorded and the replayed
     figures; it is refused with a :class:`~tvm_ext.base.errors.TargetMismatch` naming the
     missing features, or across target kinds, unless ``allow_other_target``.
     """
-    from tvm_ext.search.model_replay import replay_model
-    from tvm_ext.search.model_tuner import is_model
-
-    if is_model(obj):  # a zoo Model or a Relax module: every task's log, one build
-        return replay_model(obj, target, log_dir, allow_other_target=allow_other_target,
-                            repeat=repeat, **model_options)  # fmt: skip
-    if model_options:
-        raise TypeError(f"replay() of one kernel takes no {sorted(model_options)}")
     target = as_target(target)
     folder, func, workload = _resolve(obj, target, log_dir)
     manifest = read_manifest(folder)

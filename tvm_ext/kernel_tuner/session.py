@@ -1,7 +1,7 @@
 """What a tune works on and holds while it runs: the :class:`Task` (``prepare``: the function,
 its reference, target, machine model, where it is measured) and the :class:`Session`
 (``open_session``: MetaSchedule's work dir, builder, runner and logs, closed in ``finally``).
-The stages that follow are :mod:`tvm_ext.search.stages`.
+The stages that follow are :mod:`tvm_ext.kernel_tuner.stages`.
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from tvm_ext.base import tvm_api
-from tvm_ext.facts.device import Tracker
-from tvm_ext.facts.kernels import Workload, from_func
-from tvm_ext.facts.machine import device_machine, host_machine
-from tvm_ext.facts.machine_model import MachineModel
-from tvm_ext.facts.measure import kernel_name
-from tvm_ext.facts.target import as_target, host_target, target_cores
-from tvm_ext.search.builder import PersistentBuilder
-from tvm_ext.search.remote import DeviceRunner, reach, tracker_of
+from tvm_ext.hardware.device import Tracker
+from tvm_ext.hardware.machine import device_machine, host_machine
+from tvm_ext.hardware.machine_model import MachineModel
+from tvm_ext.hardware.target import as_target, host_target, target_cores
+from tvm_ext.kernel_tuner.builder import PersistentBuilder
+from tvm_ext.kernel_tuner.remote import DeviceRunner, reach, tracker_of
+from tvm_ext.measurement.measure import kernel_name
+from tvm_ext.workloads.kernels import Workload, from_func
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The stages of a tune, shared by one kernel and by each task of a model.
 
 ``prepare`` (what to tune, for which target) -> ``open_session`` (work dir, builder, runner,
-MetaSchedule's logs; closed in ``finally``; both in :mod:`tvm_ext.search.session`) -> ``seed``
+MetaSchedule's logs; closed in ``finally``; both in :mod:`tvm_ext.kernel_tuner.session`) -> ``seed``
 (the hand schedule measured first, an earlier log copied in) -> ``search`` (MetaSchedule's
 task loop with a ranking policy and the admissible cut) -> ``select`` (the winner,
 parity-checked, timed beside the hand schedule) -> ``persist`` (records and manifest into the
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tvm_ext.base import tvm_api
+from tvm_ext.base.checks import checked_int
 from tvm_ext.base.errors import (
     DeviceError,
     ParityError,
@@ -26,7 +27,13 @@ from tvm_ext.base.errors import (
     ScheduleNotApplicable,
     TuneError,
 )
-from tvm_ext.facts.measure import Measurement, measure
+from tvm_ext.cost import evaluate
+from tvm_ext.kernel_tuner.cost_models import PolicyCostModel
+from tvm_ext.kernel_tuner.progress import ProgressCallback
+from tvm_ext.kernel_tuner.pruning import PruningSearch
+from tvm_ext.kernel_tuner.session import Session, Task
+from tvm_ext.kernel_tuner.space import design_space
+from tvm_ext.measurement.measure import Measurement, measure
 from tvm_ext.records.logs import (
     RECORDS_FILE,
     WORKLOADS_FILE,
@@ -36,8 +43,7 @@ from tvm_ext.records.logs import (
     read_manifest,
     structural_hash,
 )
-from tvm_ext.search.session import Session, Task
-from tvm_ext.search.space import design_space
+from tvm_ext.schedules import schedule
 
 log = logging.getLogger("tvm_ext.tune")
 Source = Literal["search", "hand schedule"]
@@ -70,7 +76,6 @@ def hand_schedule(task: Task):
     weight were marked, and that schedule is replayed on the function: the search then
     repacks the weights of what it finds, as it does for its own candidates.
     """
-    from tvm_ext.schedules import schedule  # noqa: PLC0415  (the rules load TVMScript intrinsics)
 
     try:
         if task.workload is not None:
@@ -109,7 +114,7 @@ def seed(task: Task, session: Session, folder=None, use_hand: bool = True) -> Se
 
 
 def measure_on_task(task: Task, sch, **options) -> Measurement:
-    """:func:`~tvm_ext.facts.measure.measure` where the task measures (this host or one of its
+    """:func:`~tvm_ext.measurement.measure.measure` where the task measures (this host or one of its
     devices), against the task's machine model, named as the user named the kernel. A device
     that cannot be reached is a :class:`TuneError`."""
     reference = None if task.workload else task.func
@@ -138,7 +143,7 @@ def copy_log_into(folder, work_dir: str, func) -> float:
 
 
 def run_search(task: Task, session: Session, database, *, strategy, cost_model, trials: int,
-               batch: int, seed: int | None, callbacks=()) -> None:  # fmt: skip
+               batch: int, rng_seed: int | None, callbacks=()) -> None:  # fmt: skip
     """MetaSchedule's task loop over one tuning context, with its default measure callbacks
     (database, logging) plus ``callbacks``; notebook tables suppressed."""
     ms = tvm_api.meta_schedule(task.target.kind.name)
@@ -148,7 +153,7 @@ def run_search(task: Task, session: Session, database, *, strategy, cost_model, 
         space_generator=design_space(task.target),
         search_strategy=strategy,
         task_name=task.name,
-        rand_state=-1 if seed is None else seed,
+        rand_state=-1 if rng_seed is None else rng_seed,
         num_threads=task.cores,
         logger=session.logger,
     )
@@ -170,14 +175,11 @@ def run_search(task: Task, session: Session, database, *, strategy, cost_model, 
 
 
 def search(task: Task, session: Session, seeded: Seed, stats, *, policy, bound_policy,
-           trials: int, batch: int = 16, seed: int | None = None, audit: bool = False,
+           trials: int, batch: int = 16, rng_seed: int | None = None, audit: bool = False,
            progress: bool = True) -> None:  # fmt: skip
     """Evolutionary search ranked by ``policy``, with every candidate whose proven bound
     (``bound_policy``'s) is at least the best time so far dropped before it is built.
     A policy's failure is re-raised as the :class:`PolicyError` it was."""
-    from tvm_ext.search.cost_models import PolicyCostModel
-    from tvm_ext.search.progress import ProgressCallback
-    from tvm_ext.search.pruning import PruningSearch
 
     stats.initial_cut_s = stats.incumbent_s = seeded.initial_cut_s
     inner = tvm_api.ms.search_strategy.EvolutionarySearch(
@@ -192,7 +194,7 @@ def search(task: Task, session: Session, seeded: Seed, stats, *, policy, bound_p
         attach(strategy.post_build)
     try:
         run_search(task, session, seeded.database, strategy=strategy, trials=trials, batch=batch,
-                   cost_model=PolicyCostModel(policy, *args, stats=stats), seed=seed,
+                   cost_model=PolicyCostModel(policy, *args, stats=stats), rng_seed=rng_seed,
                    callbacks=[bar])  # fmt: skip
     except RuntimeError as err:  # the FFI turns a callback's PolicyError into RuntimeError
         if stats.policy_error is None:
@@ -242,7 +244,6 @@ def select(task: Task, session: Session, seeded: Seed, bound_policy) -> Selectio
     """Parity-check the best record and measure it; when it is not the hand schedule, time
     both side by side (records were timed at different moments on a shared machine), so the
     result is never slower than the hand schedule."""
-    from tvm_ext.cost import evaluate
 
     best = best_in(task, seeded.database)
     if best is None:
@@ -297,9 +298,7 @@ def persist(folder, task: Task, session: Session, policy, stats, chosen: Selecti
 
 
 def checked_trials(trials) -> int:
-    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
-        raise ValueError(f"trials={trials!r} must be a positive int")
-    return trials
+    return checked_int("trials", trials)
 
 
 __all__ = [

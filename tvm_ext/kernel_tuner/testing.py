@@ -38,7 +38,7 @@ def faulty_run_evaluator(state_dir, plan, rt_mod, device, evaluator_config, repe
 
 @tvm_api.derived_object
 class FailingBuilder(tvm_api.ms.builder.PyBuilder):
-    """A stand-in for :class:`~tvm_ext.search.builder.PersistentBuilder` whose every build
+    """A stand-in for :class:`~tvm_ext.kernel_tuner.builder.PersistentBuilder` whose every build
     fails with ``message`` (as a build error of every candidate would)."""
 
     def __init__(self, workers: int = 1, timeout_s: float = 0.0, message: str = "injected"):

@@ -10,14 +10,15 @@ from typing import Mapping
 
 from tvm_ext.base import tvm_api
 from tvm_ext.base.errors import PolicyError, TuneError
-from tvm_ext.facts.kernels import Workload
-from tvm_ext.facts.machine_model import MachineModel
-from tvm_ext.facts.measure import Measurement
+from tvm_ext.cost import RooflinePolicy
+from tvm_ext.hardware.machine_model import MachineModel
+from tvm_ext.kernel_tuner import session as sessions
+from tvm_ext.kernel_tuner import stages
+from tvm_ext.kernel_tuner.pruning import PruneStats
+from tvm_ext.kernel_tuner.remote import unknown_runner_warning
+from tvm_ext.measurement.measure import Measurement
 from tvm_ext.records.logs import log_folder
-from tvm_ext.search import session as sessions
-from tvm_ext.search import stages
-from tvm_ext.search.pruning import PruneStats
-from tvm_ext.search.remote import unknown_runner_warning
+from tvm_ext.workloads.kernels import Workload
 
 
 @dataclass(frozen=True)
@@ -51,13 +52,10 @@ def tune(
     hand_schedule: bool = True,
     work_dir=None,
     machine: MachineModel | None = None,
-    **model_options,
 ):
     """Tune a PrimFunc, single-function IRModule or suite Workload for ``target`` (default the
-    host CPU); a model (a zoo Model, a Relax IRModule or a module of several PrimFuncs) goes to
-    :func:`~tvm_ext.search.model_tuner.tune_model`, which returns a ``ModelTuneResult`` (then
-    ``trials`` is the whole model's budget, 0 allowed, and ``model_options`` are its
-    ``params``, ``reference``, ``inputs``, ``retire_factor`` and ``repeat``).
+    host CPU). (A model goes to :func:`~tvm_ext.model_pipeline.model_tuner.tune_model`;
+    ``tvm_ext.tune`` decides which.)
 
     The policy (default :class:`~tvm_ext.cost.RooflinePolicy`) ranks candidates. A proven lower
     bound drops every candidate that cannot beat the best time measured so far before it is
@@ -68,9 +66,9 @@ def tune(
     ``num-cores`` threads; the winner is parity-checked and measured again.
 
     ``runner`` measures the candidates (default this host). With
-    :func:`~tvm_ext.search.remote.rpc_runner` every measurement runs on the devices behind its
+    :func:`~tvm_ext.kernel_tuner.remote.rpc_runner` every measurement runs on the devices behind its
     tracker: the candidates, the hand schedule and the winner; the bound then uses
-    ``machine`` (the devices' :class:`~tvm_ext.facts.machine_model.MachineModel`), else a model
+    ``machine`` (the devices' :class:`~tvm_ext.hardware.machine_model.MachineModel`), else a model
     probed on one device once per key and cached. ``machine`` also overrides this host's model.
     When candidates were sent and none could be measured (no device, every build failing),
     a :class:`~tvm_ext.base.errors.TuneError` says how many failed and why; ``stats["failed"]``
@@ -84,16 +82,6 @@ def tune(
     MetaSchedule works in ``work_dir`` (its database and ``logs/meta_schedule.log``); a given
     ``work_dir`` is kept, a temporary one is always removed.
     """
-    from tvm_ext.search.model_tuner import is_model, tune_model
-
-    if is_model(mod):
-        _model_arguments_only(runner=runner, workload=workload, audit=audit, work_dir=work_dir,
-                              hand_schedule=hand_schedule)  # fmt: skip
-        return tune_model(mod, target, trials=trials, log_dir=log_dir, seed=seed, batch=batch,
-                          policy=policy, progress=progress, machine=machine,
-                          **model_options)  # fmt: skip
-    if model_options:
-        raise TypeError(f"tune() of one kernel takes no {sorted(model_options)}")
     stages.checked_trials(trials)
     unknown_runner_warning(runner)
     task = sessions.prepare(mod, target, workload, machine=machine, runner=runner)
@@ -102,7 +90,7 @@ def tune(
     stats = PruneStats()
     with sessions.open_session(task, work_dir, runner) as session:
         seeded, chosen = run_stages(task, session, folder, (policy, bound_policy), stats,
-                                    trials=trials, batch=batch, seed=seed, audit=audit,
+                                    trials=trials, batch=batch, rng_seed=seed, audit=audit,
                                     progress=progress, use_hand=hand_schedule)  # fmt: skip
         summary = _summary(stats, seeded, session, chosen)
         kept = session.work_dir if session.kept else None
@@ -112,7 +100,7 @@ def tune(
 
 
 def run_stages(task, session, folder, policy_pair, stats: PruneStats, *, trials: int,
-               batch: int, seed: int | None, audit: bool = False, progress: bool = True,
+               batch: int, rng_seed: int | None, audit: bool = False, progress: bool = True,
                use_hand: bool = True):  # fmt: skip
     """seed -> search -> select -> persist for one task in an open session (a kernel tune's
     own, or one a model tune keeps open across its batches); returns (seed, selection).
@@ -122,7 +110,7 @@ def run_stages(task, session, folder, policy_pair, stats: PruneStats, *, trials:
     seeded = stages.seed(task, session, folder, use_hand=use_hand)
     try:
         stages.search(task, session, seeded, stats, policy=policy, bound_policy=bound_policy,
-                      trials=trials, batch=batch, seed=seed, audit=audit,
+                      trials=trials, batch=batch, rng_seed=rng_seed, audit=audit,
                       progress=progress)  # fmt: skip
     except (KeyboardInterrupt, PolicyError, TuneError):
         if folder is not None:  # every record measured so far is kept
@@ -134,21 +122,9 @@ def run_stages(task, session, folder, policy_pair, stats: PruneStats, *, trials:
     return seeded, chosen
 
 
-def _model_arguments_only(**given) -> None:
-    """A model tune runs each batch through this tuner with its own settings: these options
-    of a kernel tune do not apply to it."""
-    defaults = {"runner": None, "workload": None, "audit": False, "work_dir": None,
-                "hand_schedule": True}  # fmt: skip
-    odd = sorted(k for k, v in given.items() if v != defaults[k])
-    if odd:
-        raise ValueError(f"tune() of a model takes no {odd} (each task is seeded by its rule)")
-
-
 def policies(policy):
     """(ranking policy, bound policy): the policy's own bound when it proves one, else the
     roofline's behind it."""
-    from tvm_ext.cost import RooflinePolicy
-
     policy = policy if policy is not None else RooflinePolicy()
     return policy, policy if getattr(policy, "proves_bounds", False) else RooflinePolicy()
 

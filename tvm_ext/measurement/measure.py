@@ -17,11 +17,11 @@ import numpy as np
 from tvm_ext.base import tvm_api
 from tvm_ext.base.errors import ParityError
 from tvm_ext.base.host_threads import reference_threads, settle
-from tvm_ext.facts.device import Runtime, Tracker
-from tvm_ext.facts.kernels import Workload, from_func, np_dtype
-from tvm_ext.facts.machine import host_machine
-from tvm_ext.facts.machine_model import MachineModel
-from tvm_ext.facts.target import as_target, host_target
+from tvm_ext.hardware.device import Runtime, Tracker
+from tvm_ext.hardware.machine import host_machine
+from tvm_ext.hardware.machine_model import MachineModel
+from tvm_ext.hardware.target import as_target, host_target
+from tvm_ext.workloads.kernels import Workload, from_func, np_dtype
 
 log = logging.getLogger(__name__)
 

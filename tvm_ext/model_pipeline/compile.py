@@ -21,10 +21,10 @@ from typing import Sequence
 import numpy as np
 
 from tvm_ext.base import tvm_api
-from tvm_ext.facts.model_base import Model
-from tvm_ext.facts.target import as_target
-from tvm_ext.schedules import apply
-from tvm_ext.search.compiled import Compiled, InputSpec, Reference, Timing
+from tvm_ext.hardware.target import as_target
+from tvm_ext.model_pipeline.compiled import Compiled, InputSpec, Reference, Timing
+from tvm_ext.schedules.rules.dispatch import apply
+from tvm_ext.workloads.model_base import Model
 
 log = logging.getLogger(__name__)
 
@@ -44,11 +44,11 @@ def compile(
     Parameters
     ----------
     model
-        A zoo :class:`~tvm_ext.facts.model_base.Model` (its weights, inputs and reference are
+        A zoo :class:`~tvm_ext.workloads.model_base.Model` (its weights, inputs and reference are
         used), or a Relax IRModule as ``relax.frontend.nn``'s ``export_tvm`` or
         ``relax.frontend.torch.from_exported_program`` give it.
     target
-        An llvm target (default the host, :func:`~tvm_ext.facts.target.host_target`).
+        An llvm target (default the host, :func:`~tvm_ext.hardware.target.host_target`).
     params
         For an IRModule: its weights, numpy arrays in parameter order (the last parameters of
         the entry function) or by parameter name; default the ``params`` attribute that

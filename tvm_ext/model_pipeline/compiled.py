@@ -1,6 +1,6 @@
 """The result of compiling a model: a VM to run, check and time, with its kernel table.
 
-:class:`Compiled` is what :func:`tvm_ext.search.compile.compile` and ``compile_untuned``
+:class:`Compiled` is what :func:`tvm_ext.model_pipeline.compile.compile` and ``compile_untuned``
 return; its parity was checked when it was made (when a reference and inputs were at hand), and
 :meth:`Compiled.time` checks any other inputs before it reports a time.
 """
@@ -15,8 +15,8 @@ import numpy as np
 
 from tvm_ext.base import tvm_api
 from tvm_ext.base.host_threads import reference_threads, settle
-from tvm_ext.facts.measure import check_parity
-from tvm_ext.facts.target import target_cores
+from tvm_ext.hardware.target import target_cores
+from tvm_ext.measurement.measure import check_parity
 from tvm_ext.schedules import Applied
 
 Reference = Callable[[Sequence[np.ndarray]], "np.ndarray | Sequence[np.ndarray]"]

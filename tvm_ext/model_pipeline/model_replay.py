@@ -4,15 +4,23 @@ one build, parity against the reference and the untuned build, an end-to-end tim
 from __future__ import annotations
 
 import dataclasses
-import json
 import pathlib
 
+import pandas as pd
+
 from tvm_ext.base.errors import NoLogFound, TargetMismatch, WorkloadMismatch
+from tvm_ext.kernel_tuner import session, stages
+from tvm_ext.kernel_tuner.replayer import replay
+from tvm_ext.model_pipeline import model_tasks
+from tvm_ext.model_pipeline.compile import Compiled, Timing, cpu_target
+from tvm_ext.model_pipeline.model_tuner import build_model, prepare_model
 from tvm_ext.records.logs import MANIFEST_FILE, target_key
-from tvm_ext.schedules.apply import schedule_func
-from tvm_ext.search import model_tasks, session, stages
-from tvm_ext.search.compile import Compiled, Timing, cpu_target
-from tvm_ext.search.model_tuner import MODELS_FOLDER, build_model, manifest_path, prepare_model
+from tvm_ext.records.model_manifest import (
+    model_manifest_path,
+    read_model_manifest,
+    tuned_targets,
+)
+from tvm_ext.schedules.rules.dispatch import schedule_func
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -33,7 +41,7 @@ def replay_model(model, target=None, log_dir="tuning_logs", *, params=None, refe
 
     The model's manifest (written by the tune) says where each task's schedule came from: its
     rule (re-derived: the rules are deterministic) or its log's best record (checked as
-    :func:`~tvm_ext.search.replayer.replay` checks a kernel's: workload, ISA features, corrupt
+    :func:`~tvm_ext.kernel_tuner.replayer.replay` checks a kernel's: workload, ISA features, corrupt
     files). A model or a task without its log for ``target`` is a
     :class:`~tvm_ext.base.errors.NoLogFound` naming it; a model tuned only for other targets a
     :class:`~tvm_ext.base.errors.TargetMismatch` naming them; a task the manifest does not
@@ -41,15 +49,15 @@ def replay_model(model, target=None, log_dir="tuning_logs", *, params=None, refe
     """
     target = cpu_target(target)
     prepared = prepare_model(model, target, params, reference, inputs)
-    here = manifest_path(log_dir, target, prepared.key)
+    here = model_manifest_path(log_dir, target, prepared.key)
     if not here.exists():
         _refuse_other_targets(log_dir, target, prepared.key)
         raise NoLogFound(
             f"{prepared.key} was not tuned for {target_key(target)} under {log_dir} (no {here}); "
             "tune it with log_dir= first"
         )
-    recorded = json.loads(here.read_text())
-    listed = {t["log"]: t for t in recorded.get("tasks", [])}
+    recorded = read_model_manifest(here)
+    listed = {t["log"]: t for t in recorded["tasks"]}
     sources = {k: t.get("source", "log") for k, t in listed.items()}
     tasks, rows = [], []
     for found in prepared.found:
@@ -63,7 +71,6 @@ def replay_model(model, target=None, log_dir="tuning_logs", *, params=None, refe
                      "replayed_s": seconds})  # fmt: skip
     applied = model_tasks.apply_best(prepared.lowered, tasks)
     compiled, latency = build_model(prepared, applied, target, repeat)
-    import pandas as pd
 
     return ModelReplayResult(compiled, latency, pd.DataFrame(rows), recorded)
 
@@ -88,7 +95,6 @@ def _replay_task(found, source: str, target, log_dir, allow_other_target: bool, 
     """(scheduled module, its time now) of one task: the rule's schedule
     when the tune kept it (the rules are deterministic), else its log's best, checked as a
     kernel replay checks it (workload, ISA features, corrupt files)."""
-    from tvm_ext.search.replayer import replay
 
     if source == "rule":
         named = found.func.with_attr("global_symbol", found.name)
@@ -100,11 +106,7 @@ def _replay_task(found, source: str, target, log_dir, allow_other_target: bool, 
 
 
 def _refuse_other_targets(log_dir, target, key: str) -> None:
-    others = sorted(
-        p.parent.parent.name
-        for p in pathlib.Path(log_dir).glob(f"*/{MODELS_FOLDER}/{key}.json")
-        if p.parent.parent.name != target_key(target)
-    )
+    others = [k for k in tuned_targets(log_dir, key) if k != target_key(target)]
     if others:
         raise TargetMismatch(
             f"{key} was tuned for {others}, not for {target_key(target)} (under {log_dir}); "

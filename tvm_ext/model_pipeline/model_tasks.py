@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 import math
 import pathlib
@@ -21,25 +20,27 @@ import tempfile
 import time
 from dataclasses import dataclass
 
+import pandas as pd
+
 from tvm_ext.base import tvm_api
 from tvm_ext.base.errors import TuneError
 from tvm_ext.cost import RooflinePolicy, evaluate, floor_s
+from tvm_ext.kernel_tuner import session as sessions
+from tvm_ext.kernel_tuner import stages
+from tvm_ext.kernel_tuner.pruning import PruneStats
+from tvm_ext.kernel_tuner.replayer import apply_logged_trace, logged_trace
+from tvm_ext.kernel_tuner.tuner import policies, run_stages
 from tvm_ext.records.logs import (
     MANIFEST_FILE,
+    add_record,
     log_folder,
     make_manifest,
-    merge_into_log,
     read_manifest,
-    read_records,
     structural_hash,
     workload_key,
 )
 from tvm_ext.schedules import Applied, Scheduled
-from tvm_ext.schedules.apply import call_counts, schedule_func
-from tvm_ext.search import session as sessions
-from tvm_ext.search import stages
-from tvm_ext.search.pruning import PruneStats
-from tvm_ext.search.replayer import apply_logged_trace, logged_trace
+from tvm_ext.schedules.rules.dispatch import call_counts, schedule_func
 
 log = logging.getLogger("tvm_ext.tune")
 # A measured time this far under its proven floor is reported as a bug in the bound (the
@@ -157,14 +158,14 @@ class ModelTask:
             self.best_mod, self.best_s, self.source, self.binding = mod, seconds, source, binding
 
 
-def seed(found: FoundTask, target, machine, log_root) -> ModelTask:
+def start_task(found: FoundTask, target, machine, log_root) -> ModelTask:
     """Schedule the task with its IR rule, measure it (parity against the unscheduled
     function), compute its proven floor, start from its log when one exists (another model's
     or an earlier tune's) and add the rule's record to the log.
 
     The incumbent is the rule's schedule as the model is compiled (weights repacked at
     compile time). The log gets the rule's schedule as the search can start from it
-    (:func:`~tvm_ext.search.stages.hand_schedule`: weights left to the search's own
+    (:func:`~tvm_ext.kernel_tuner.stages.hand_schedule`: weights left to the search's own
     repacking), measured when it differs. Every time of a model's task leaves out the weight
     repacking (the model does it once, at compile time; MetaSchedule's runner times the
     search's candidates so too): the rule's schedule, the plain seed, a log's best and the
@@ -217,45 +218,22 @@ def logged_best(folder: pathlib.Path, task: sessions.Task):
 def record_schedule(folder, task: sessions.Task, sch, m, binding: str) -> None:
     """Add ``sch`` with its measured time to the log ``folder`` as a record (unless the log
     already holds that schedule), so a search or a replay starts from it."""
-    ms = tvm_api.ms
-    with tempfile.TemporaryDirectory(prefix="tvm-ext-seed-") as work:
-        database = ms.database.JSONDatabase(work_dir=work)
-        record = ms.database.TuningRecord(
-            sch.trace,
-            database.commit_workload(task.mod),
-            [m.seconds],
-            task.target,
-            ms.arg_info.ArgInfo.from_prim_func(task.func),
-        )
-        database.commit_tuning_record(record)
-        del database  # its files are complete once committed
-        (new,) = read_records(pathlib.Path(work))
-        if _trace_logged(folder, new.trace_json):
-            return
-        manifest = make_manifest(
-            task.func,
-            task.target,
-            threads=task.cores,
-            policy="IR rule seed",
-            stats={"generated": 0, "dropped": 0, "measured": 0, "regrets": 0},
-            seconds=m.seconds,
-            gflops=m.gflops,
-            max_rel_error=m.max_rel_error,
-            workload=task.workload,
-            machine=task.machine,
-            measured_on=task.where,
-        )
-        manifest["binding"] = binding
-        manifest["weights_repacked_once"] = task.weights_repacked_once  # how times were taken
-        merge_into_log(pathlib.Path(folder), pathlib.Path(work), manifest, best_is_first_new=True)
-
-
-def _trace_logged(folder, trace_json) -> bool:
-    folder = pathlib.Path(folder)
-    if not (folder / MANIFEST_FILE).exists():
-        return False
-    want = json.dumps(trace_json, sort_keys=True)
-    return any(json.dumps(r.trace_json, sort_keys=True) == want for r in read_records(folder))
+    manifest = make_manifest(
+        task.func,
+        task.target,
+        threads=task.cores,
+        policy="IR rule seed",
+        stats={"generated": 0, "dropped": 0, "measured": 0, "regrets": 0},
+        seconds=m.seconds,
+        gflops=m.gflops,
+        max_rel_error=m.max_rel_error,
+        workload=task.workload,
+        machine=task.machine,
+        measured_on=task.where,
+    )
+    manifest["binding"] = binding
+    manifest["weights_repacked_once"] = task.weights_repacked_once  # how times were taken
+    add_record(folder, task.mod, task.func, sch.trace, m.seconds, task.target, manifest)
 
 
 @contextlib.contextmanager
@@ -268,12 +246,11 @@ def batch_session(tasks: list[ModelTask]):
         yield shared
 
 
-def search_batch(mt: ModelTask, trials: int, log_root, *, seed, policy, shared) -> float | None:
+def search_batch(mt: ModelTask, trials: int, log_root, *, rng_seed, policy, shared) -> float | None:
     """Give the task ``trials`` more trials through the kernel tuner's stages (ranking policy,
     admissible cut) in the ``shared`` session, continuing from its log (the rule's record and
     every earlier batch, also of other models); returns the batch's winner's time (None when
     nothing could be measured, or nothing beat the rule's seed)."""
-    from tvm_ext.search.tuner import policies, run_stages
 
     folder = log_folder(log_root, mt.task.target, mt.task.func)
     stats = PruneStats()
@@ -282,7 +259,7 @@ def search_batch(mt: ModelTask, trials: int, log_root, *, seed, policy, shared) 
     mt.trials += trials
     try:
         _, chosen = run_stages(mt.task, session, folder, policies(policy), stats, trials=trials,
-                               batch=trials, seed=seed, progress=False,
+                               batch=trials, rng_seed=rng_seed, progress=False,
                                use_hand=False)  # fmt: skip
     except TuneError as err:  # every candidate failed: the task keeps its incumbent
         log.warning("%s: a batch of %d trials measured nothing: %s", mt.name, trials, err)
@@ -323,7 +300,6 @@ def apply_best(lowered, tasks: list[ModelTask]) -> Applied:
 
 def table(tasks: list[ModelTask], retired: list[bool]) -> "object":
     """The per-task table (pandas), heaviest incumbent first (``retired``: per task)."""
-    import pandas as pd
 
     rows = [
         {

@@ -1,23 +1,20 @@
 """``tune(model)``: every task of a model scheduled by its IR rule, then the trial budget spent
 batch by batch where the proven bound says time can still be won.
 
-The stages: lower the model as :func:`~tvm_ext.search.compile.compile` does -> extract its
+The stages: lower the model as :func:`~tvm_ext.model_pipeline.compile.compile` does -> extract its
 tasks (MetaSchedule's extraction: deduplicated by structure, weighted by call count) -> seed
 each with its rule's schedule, measured, and its proven floor (:func:`tvm_ext.cost.floor_s`)
--> loop: :func:`~tvm_ext.search.task_scheduler.next_task` picks the task with the largest
+-> loop: :func:`~tvm_ext.model_pipeline.task_scheduler.next_task` picks the task with the largest
 bound-limited gain, the kernel tuner gives it one batch, continuing from the task's log; a task
 within ``retire_factor`` of its floor is retired -> apply each task's best, fold the weight
 repacking, build, check parity (against the model's reference and the untuned build), time.
-:func:`~tvm_ext.search.model_replay.replay_model` does the last stage alone from the logs.
+:func:`~tvm_ext.model_pipeline.model_replay.replay_model` does the last stage alone from the logs.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime
-import json
 import logging
-import os
 import pathlib
 import shutil
 import tempfile
@@ -25,14 +22,14 @@ import time
 from typing import Sequence
 
 import numpy as np
+import pandas as pd
 from tqdm import tqdm
 
 from tvm_ext.base import tvm_api
-from tvm_ext.facts.measure import check_parity
-from tvm_ext.facts.model_base import Model
-from tvm_ext.records.logs import cpu_model, structural_hash, target_key
-from tvm_ext.search import model_tasks
-from tvm_ext.search.compile import (
+from tvm_ext.base.checks import checked_int
+from tvm_ext.measurement.measure import check_parity
+from tvm_ext.model_pipeline import model_tasks
+from tvm_ext.model_pipeline.compile import (
     Compiled,
     ModelSource,
     Timing,
@@ -42,10 +39,12 @@ from tvm_ext.search.compile import (
     cpu_target,
     fold_prepacks,
 )
-from tvm_ext.search.task_scheduler import RETIRE_FACTOR, TaskState, spend
+from tvm_ext.model_pipeline.task_scheduler import RETIRE_FACTOR, TaskState, spend
+from tvm_ext.records.logs import structural_hash
+from tvm_ext.records.model_manifest import write_model_manifest
+from tvm_ext.workloads.model_base import Model
 
 log = logging.getLogger("tvm_ext.tune")
-MODELS_FOLDER = "models"  # <log root>/<target key>/models/<model key>.json: a model's tasks
 
 
 def is_model(obj) -> bool:
@@ -93,7 +92,6 @@ class ModelTuneResult:
     def trials_by_task(self):
         """Trials each task had after each batch (rows: trials spent so far, columns: tasks
         in table order), for a chart of where the budget went."""
-        import pandas as pd
 
         running = dict.fromkeys(self.tasks["name"], 0)
         rows, spent = [dict(running)], [0]
@@ -117,7 +115,7 @@ def tune_model(model, target=None, *, trials: int = 64, log_dir=None, seed: int 
     """Tune every task of ``model`` under one budget of ``trials`` (0: the rules alone).
 
     ``model`` is a zoo Model, a Relax IRModule (``params``, ``reference``, ``inputs`` as for
-    :func:`~tvm_ext.search.compile.compile`) or a module of PrimFuncs. Each batch of
+    :func:`~tvm_ext.model_pipeline.compile.compile`) or a module of PrimFuncs. Each batch of
     ``batch`` trials goes to the task with the largest bound-limited gain; a task within
     ``retire_factor`` of its proven floor gets no more. With ``log_dir`` every task's records
     join ``<log_dir>/<target key>/<workload key>/`` (shared with every model and kernel tune
@@ -132,7 +130,7 @@ def tune_model(model, target=None, *, trials: int = 64, log_dir=None, seed: int 
     scratch = None if root is not None else tempfile.mkdtemp(prefix="tvm-ext-model-logs-")
     try:
         logs = root if root is not None else pathlib.Path(scratch)
-        tasks = [model_tasks.seed(f, target, machine, logs) for f in prepared.found]
+        tasks = [model_tasks.start_task(f, target, machine, logs) for f in prepared.found]
         states = [TaskState(t.name, t.found.weight, t.bound_s, t.best_s) for t in tasks]
         history = _search(tasks, states, trials, batch, logs, seed, policy, progress,
                           retire_factor, prepared.key, started)  # fmt: skip
@@ -153,7 +151,6 @@ def tune_model(model, target=None, *, trials: int = 64, log_dir=None, seed: int 
     finally:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
-    import pandas as pd
 
     spent = sum(t.trials for t in tasks)
     return ModelTuneResult(applied.mod, compiled, latency, table, pd.DataFrame(history), floor,
@@ -193,10 +190,9 @@ def _no_slower_than_rules(prepared, tasks, applied, compiled, target, repeat: in
 
 
 def _check_budget(trials, batch) -> None:
-    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 0:
-        raise ValueError(f"trials={trials!r} must be an int >= 0 (0: the rules' schedules alone)")
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise ValueError(f"batch={batch!r} must be a positive int")
+    # A model may take no trials (its rules' schedules alone); a kernel tune needs one.
+    checked_int("trials", trials, minimum=0, note="0: the rules' schedules alone")
+    checked_int("batch", batch)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -228,9 +224,9 @@ def _estimate(tasks) -> float:
     return sum(t.found.weight * t.best_s for t in tasks)
 
 
-def _search(tasks, states, trials, batch, logs, seed, policy, progress, retire_factor, key,
+def _search(tasks, states, trials, batch, logs, rng_seed, policy, progress, retire_factor, key,
             started) -> list[dict]:  # fmt: skip
-    """The batch loop (:func:`~tvm_ext.search.task_scheduler.spend`); returns one history
+    """The batch loop (:func:`~tvm_ext.model_pipeline.task_scheduler.spend`); returns one history
     row for the seeds and one per batch."""
     history = [_row(0, None, 0, tasks, states, retire_factor) | _since(started)]
     if not trials or not tasks:
@@ -240,8 +236,8 @@ def _search(tasks, states, trials, batch, logs, seed, policy, progress, retire_f
 
     def run_batch(i: int, n: int) -> float | None:
         step = len(history)
-        batch_seed = None if seed is None else seed + step
-        best = model_tasks.search_batch(tasks[i], n, logs, seed=batch_seed, policy=policy,
+        batch_seed = None if rng_seed is None else rng_seed + step
+        best = model_tasks.search_batch(tasks[i], n, logs, rng_seed=batch_seed, policy=policy,
                                         shared=shared)  # fmt: skip
         spent = history[-1]["trials"] + n
         history.append(_row(step, tasks[i].name, spent, tasks, states, retire_factor, i,
@@ -339,21 +335,10 @@ def _as_list(out) -> list:
     return [out] if isinstance(out, np.ndarray) else list(out)
 
 
-def manifest_path(root, target, key: str) -> pathlib.Path:
-    return pathlib.Path(root) / target_key(target) / MODELS_FOLDER / f"{key}.json"
-
-
 def _write_manifest(root, target, prepared, table, floor, latency, history, versus) -> str:
     """The model's tasks (each a log folder beside) and its figures, written atomically."""
-    path = manifest_path(root, target, prepared.key)
-    path.parent.mkdir(parents=True, exist_ok=True)
     found = {f.name: f for f in prepared.found}
-    record = {
-        "schema": 1,
-        "model": prepared.key,
-        "target_key": target_key(target),
-        "cpu_model": cpu_model(),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    figures = {
         "tasks": [
             {
                 "name": r["name"],
@@ -375,10 +360,7 @@ def _write_manifest(root, target, prepared, table, floor, latency, history, vers
         "batches": len(history) - 1,
         "versus_rules": versus,
     }
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(record, indent=1, default=float))
-    tmp.replace(path)
-    return str(path)
+    return str(write_model_manifest(root, target, prepared.key, figures))
 
 
 def describe(result) -> str:
@@ -407,7 +389,6 @@ __all__ = [
     "is_model",
     "PreparedModel",
     "build_model",
-    "manifest_path",
     "prepare_model",
     "tune_model",
 ]

@@ -1,1 +1,1 @@
-"""Layer 2: the tuning-log format (one reader, one writer, one trace replay)."""
+"""Layer 3: the tuning-log format, one reader and one writer for each file a tune leaves."""

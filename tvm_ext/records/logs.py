@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime
 import json
 import math
-import os
 import pathlib
 import platform
 import tempfile
@@ -24,7 +23,8 @@ from filelock import FileLock
 
 from tvm_ext.base import tvm_api
 from tvm_ext.base.errors import CorruptLog
-from tvm_ext.facts.kernels import Workload, from_func
+from tvm_ext.base.files import atomic_write
+from tvm_ext.workloads.kernels import Workload, from_func
 
 WORKLOADS_FILE = "database_workload.json"
 RECORDS_FILE = "database_tuning_record.json"
@@ -87,15 +87,6 @@ def workload_key(func) -> str:
 
 def log_folder(root, target, func) -> pathlib.Path:
     return pathlib.Path(root) / target_key(target) / workload_key(func)
-
-
-def _atomic_write(path: pathlib.Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def read_json_lines(path: pathlib.Path) -> list:
@@ -220,8 +211,8 @@ def merge_into_log(
         old = _record_lines(folder)
         seen = set(old)
         new = [line for line in _record_lines(work_dir) if line not in seen]
-        _atomic_write(folder / WORKLOADS_FILE, json.dumps(workload_rows[0]) + "\n")
-        _atomic_write(folder / RECORDS_FILE, "".join(line + "\n" for line in old + new))
+        atomic_write(folder / WORKLOADS_FILE, json.dumps(workload_rows[0]) + "\n")
+        atomic_write(folder / RECORDS_FILE, "".join(line + "\n" for line in old + new))
         previous = read_manifest(folder) if (folder / MANIFEST_FILE).exists() else {}
         manifest = dict(manifest)
         manifest["best_record"] = len(old) + 1 if best_is_first_new and new else None
@@ -234,7 +225,39 @@ def merge_into_log(
                     manifest[key] = previous.get(key)
                 manifest["best_record"] = previous.get("best_record")
         manifest["records"] = len(old) + len(new)
-        _atomic_write(folder / MANIFEST_FILE, json.dumps(manifest, indent=2, sort_keys=True))
+        atomic_write(folder / MANIFEST_FILE, json.dumps(manifest, indent=2, sort_keys=True))
+
+
+def add_record(folder, mod, func, trace, seconds: float, target, manifest: dict) -> bool:
+    """Add one schedule (its ``trace``, measured at ``seconds``) to the log ``folder`` as a
+    record, its first new one (so ``manifest``, made by :func:`make_manifest`, names it best),
+    unless the log already holds that trace. True when it was added."""
+    ms = tvm_api.ms
+    with tempfile.TemporaryDirectory(prefix="tvm-ext-record-") as work:
+        database = ms.database.JSONDatabase(work_dir=work)
+        record = ms.database.TuningRecord(
+            trace,
+            database.commit_workload(mod),
+            [seconds],
+            target,
+            ms.arg_info.ArgInfo.from_prim_func(func),
+        )
+        database.commit_tuning_record(record)
+        del database  # its files are complete once committed
+        (new,) = read_records(pathlib.Path(work))
+        if holds_trace(folder, new.trace_json):
+            return False
+        merge_into_log(pathlib.Path(folder), pathlib.Path(work), manifest, best_is_first_new=True)
+    return True
+
+
+def holds_trace(folder, trace_json) -> bool:
+    """Whether the log ``folder`` (possibly not yet written) holds a record of that trace."""
+    folder = pathlib.Path(folder)
+    if not (folder / MANIFEST_FILE).exists():
+        return False
+    want = json.dumps(trace_json, sort_keys=True)
+    return any(json.dumps(r.trace_json, sort_keys=True) == want for r in read_records(folder))
 
 
 def make_manifest(
@@ -300,53 +323,6 @@ def make_manifest(
 def find_logs(root) -> Iterable[pathlib.Path]:
     """Every log folder (one holding a manifest) under ``root``."""
     return sorted(p.parent for p in pathlib.Path(root).glob(f"*/*/{MANIFEST_FILE}"))
-
-
-def _peak_percent(manifest: dict, machine, here_key: str | None):
-    """% of the compute peak of the machine that measured the log: the peak its manifest
-    recorded, else (a log older than that field) this host's when the log is of this
-    host's target; else None (n/a)."""
-    gflops = manifest.get("best_gflops")
-    if not gflops or not str(manifest.get("target_key", "")).startswith("llvm"):
-        return None
-    if manifest.get("peak_gflops"):
-        return 100 * gflops / manifest["peak_gflops"]
-    if machine is None or manifest.get("target_key") != here_key:
-        return None
-    dtype = (manifest.get("workload") or {}).get("args", {}).get("dtype", "float32")
-    try:
-        return 100 * gflops * 1e9 / machine.peak(dtype)
-    except ValueError:
-        return None
-
-
-def report(root, machine=None, here=None):
-    """One row per log under ``root``: best GFLOP/s, % of peak (of the peak recorded with the
-    log; for an older log, this host's ``machine`` when ``here``, this host's target, is the
-    log's; else n/a), binding arm, trials."""
-    import pandas as pd
-
-    here_key = target_key(here) if here is not None else None
-    rows = []
-    for folder in find_logs(root):
-        m = read_manifest(folder)
-        trials = m.get("trials") or {}
-        peak = _peak_percent(m, machine, here_key)
-        rows.append(
-            {
-                "target": m.get("target_key"),
-                "workload": m.get("workload_key"),
-                "best GFLOP/s": m.get("best_gflops"),
-                "% peak": peak if peak is not None else "n/a",
-                "binding": m.get("binding"),
-                "measured": trials.get("measured"),
-                "dropped": trials.get("dropped"),
-                "records": m.get("records"),
-                "cpu": m.get("cpu_model"),
-                "date": (m.get("date") or "")[:10],
-            }
-        )
-    return pd.DataFrame(rows)
 
 
 def read_workload(folder):

@@ -10,6 +10,7 @@ import ml_dtypes
 import numpy as np
 
 from tvm_ext.base import tvm_api
+from tvm_ext.base.checks import checked_int
 from tvm_ext.base.tvm_api import te
 
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")
@@ -75,8 +76,7 @@ class Workload:
 
 def check_dims(**dims) -> None:
     for name, value in dims.items():
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"{name}={value!r} must be a positive int")
+        checked_int(name, value)
 
 
 def check_dtype(dtype, choices: Sequence[str], kernel: str) -> None:

@@ -16,8 +16,9 @@ from typing import Callable
 import numpy as np
 
 from tvm_ext.base import tvm_api
+from tvm_ext.base.checks import checked_int
 from tvm_ext.base.tvm_api import te
-from tvm_ext.facts.kernel_base import (  # noqa: F401  (re-exported: the suite's public names)
+from tvm_ext.workloads.kernel_base import (  # noqa: F401  (re-exported: the suite's public names)
     ACC_DTYPE,
     FLOAT_DTYPES,
     MATMUL_DTYPES,
@@ -32,7 +33,7 @@ from tvm_ext.facts.kernel_base import (  # noqa: F401  (re-exported: the suite's
     random_array,
     widen,
 )
-from tvm_ext.facts.kernels_rows import axpy, layernorm, rmsnorm, softmax  # noqa: F401
+from tvm_ext.workloads.kernels_rows import axpy, layernorm, rmsnorm, softmax  # noqa: F401
 
 
 def matmul(M: int, N: int, K: int, dtype: str = "float32", transpose_b: bool = False) -> Workload:
@@ -111,8 +112,7 @@ def conv2d(
 ) -> Workload:
     """NCHW convolution of ``X[N, C, H, W]`` with ``Wt[F, C, KH, KW]``, zero padding."""
     check_dims(N=N, C=C, H=H, W=W, F=F, KH=KH, KW=KW, stride=stride)
-    if isinstance(padding, bool) or not isinstance(padding, int) or padding < 0:
-        raise ValueError(f"padding={padding!r} must be a non-negative int")
+    checked_int("padding", padding, minimum=0)
     check_dtype(dtype, FLOAT_DTYPES, "conv2d")
     OH, OW = (H + 2 * padding - KH) // stride + 1, (W + 2 * padding - KW) // stride + 1
     if OH < 1 or OW < 1:

@@ -1,5 +1,5 @@
 """The suite's row and element-wise kernels: softmax, layernorm, rmsnorm (TE) and axpy
-(TVMScript). FLOP conventions are in :mod:`tvm_ext.facts.kernels`."""
+(TVMScript). FLOP conventions are in :mod:`tvm_ext.workloads.kernels`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import numpy as np
 
 from tvm_ext.base import tvm_api
 from tvm_ext.base.tvm_api import te
-from tvm_ext.facts.kernel_base import (
+from tvm_ext.workloads.kernel_base import (
     ROW_DTYPES,
     Workload,
     check_dims,
@@ -18,7 +18,7 @@ from tvm_ext.facts.kernel_base import (
     random_array,
     widen,
 )
-from tvm_ext.facts.kernels_script import axpy_func
+from tvm_ext.workloads.kernels_script import axpy_func
 
 
 def exp_poly(x):

@@ -1,6 +1,6 @@
 """What a zoo model is: a Relax module, its seeded weights and inputs, and a numpy reference.
 
-A :class:`Model` is to a network what a :class:`~tvm_ext.facts.kernels.Workload` is to a
+A :class:`Model` is to a network what a :class:`~tvm_ext.workloads.kernels.Workload` is to a
 kernel: *what* to compute. Its module comes from ``tvm.relax.frontend.nn``'s ``export_tvm``
 (one function, ``forward``, taking the inputs and then the weights); its weights are drawn from
 an explicit seed, never downloaded; its reference runs the same weights through numpy alone

@@ -1,7 +1,7 @@
 """The model zoo: small networks to compile end to end, each with a numpy reference.
 
 ``ZOO[name](size="full" | "small", batch=1, seed=0)`` builds a
-:class:`~tvm_ext.facts.model_base.Model`: a Relax module from ``tvm.relax.frontend.nn``
+:class:`~tvm_ext.workloads.model_base.Model`: a Relax module from ``tvm.relax.frontend.nn``
 (``forward(inputs..., weights...)``), seeded weights and inputs (nothing is downloaded) and
 ``reference()``, the output numpy computes from the same weights. ``small`` sizes are for
 tests (each compiles in seconds).
@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from typing import Callable
 
-from tvm_ext.facts.model_base import ENTRY, SIZES, Model, check_inputs
-from tvm_ext.facts.models_feedforward import MLP, RESNET, mlp, resnet
-from tvm_ext.facts.models_transformer import DECODER, ENCODER, decoder, encoder, rope_tables
+from tvm_ext.workloads.model_base import ENTRY, SIZES, Model, check_inputs
+from tvm_ext.workloads.models_feedforward import MLP, RESNET, mlp, resnet
+from tvm_ext.workloads.models_transformer import DECODER, ENCODER, decoder, encoder, rope_tables
 
 ZOO: dict[str, Callable[..., Model]] = {
     "mlp": mlp,

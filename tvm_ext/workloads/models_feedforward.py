@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tvm_ext.base import tvm_api
-from tvm_ext.facts.model_base import Model, check_size, conv2d_3x3, linear, make_model
+from tvm_ext.workloads.model_base import Model, check_size, conv2d_3x3, linear, make_model
 
 nn = tvm_api.relax_nn
 

@@ -7,12 +7,13 @@ optional extra (``pip install -e '.[bench]'``): it is imported only when these a
 
 from __future__ import annotations
 
+import pathlib
 from typing import Callable
 
 import numpy as np
 
-from tvm_ext.facts.model_base import Model
-from tvm_ext.facts.models_transformer import DECODER, ENCODER, rope_tables
+from tvm_ext.workloads.model_base import Model
+from tvm_ext.workloads.models_transformer import DECODER, ENCODER, rope_tables
 
 # torch's fp32 kernels reassociate sums differently from numpy: errors of a few 1e-6 of the
 # mean output; a wrong computation is off by far more.
@@ -24,13 +25,13 @@ def _linear(F, x, w, name):
 
 
 def torch_mlp(w, x):
-    import torch.nn.functional as F
+    import torch.nn.functional as F  # lazy: torch is optional (the [bench] extra)
 
     return _linear(F, F.relu(_linear(F, x, w, "fc1")), w, "fc2")
 
 
 def torch_encoder(w, x, heads):
-    import torch.nn.functional as F
+    import torch.nn.functional as F  # lazy: torch is optional (the [bench] extra)
 
     b, s, h = x.shape
     q, k, v = (
@@ -47,8 +48,8 @@ def torch_encoder(w, x, heads):
 
 
 def torch_decoder(w, x, heads):
-    import torch
-    import torch.nn.functional as F
+    import torch  # lazy: torch is optional (the [bench] extra)
+    import torch.nn.functional as F  # lazy: torch is optional (the [bench] extra)
 
     b, s, h = x.shape
     d = h // heads
@@ -71,7 +72,7 @@ def torch_decoder(w, x, heads):
 
 
 def torch_resnet(w, x):
-    import torch.nn.functional as F
+    import torch.nn.functional as F  # lazy: torch is optional (the [bench] extra)
 
     i = 0
     while f"blocks.{i}.conv1.weight" in w:
@@ -104,7 +105,7 @@ def torch_eager(model: Model, threads: int) -> Callable[[], "object"]:
 
 def torch_callable(model: Model, threads: int, compile_: bool) -> Callable[[], "object"]:
     """:func:`torch_eager`, or through ``torch.compile`` (inductor; it compiles at warm-up)."""
-    import torch
+    import torch  # lazy: torch is optional (the [bench] extra)
 
     torch.set_num_threads(threads)
     weights = {k: torch.tensor(np.array(v)) for k, v in model.weights.items()}
@@ -133,10 +134,9 @@ def onnxruntime_callable(model: Model, threads: int, folder) -> Callable[[], "ob
     :func:`torch_eager`. The graph is exported from the torch version with the weights as
     initializers (``torch.onnx.export`` into ``folder``). ImportError without torch, onnx or
     onnxruntime."""
-    import pathlib
 
-    import onnxruntime as ort
-    import torch
+    import onnxruntime as ort  # lazy: onnxruntime is optional (the [bench] extra)
+    import torch  # lazy: torch is optional (the [bench] extra)
 
     weights = {k: torch.tensor(np.array(v)) for k, v in model.weights.items()}
     forward = torch_forward(model)

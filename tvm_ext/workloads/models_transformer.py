@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tvm_ext.base import tvm_api
-from tvm_ext.facts.model_base import (
+from tvm_ext.workloads.model_base import (
     Model,
     check_size,
     gelu,
