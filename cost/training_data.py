@@ -28,7 +28,6 @@ import os
 import pathlib
 from typing import Iterable
 
-import pandas as pd
 from tqdm import tqdm
 from tvm_ext.cost.features import features
 from tvm_ext.cost.policy import evaluate
@@ -219,6 +218,8 @@ def _folder_rows(folder: pathlib.Path, machine) -> list[dict]:
 
 def _load_folder(folder: pathlib.Path, machine, cache: bool):
 
+    import pandas as pd  # lazy: pandas adds ~0.3 s to `import tvm_ext`
+
     name = _cache_name(folder)
     if cache:
         for path in (folder / name, cache_dir() / name):  # shipped beside the log, or ours
@@ -239,6 +240,7 @@ def write_frame(frame, path) -> None:
 
 def read_frame(path):
     """Dataset rows written by :func:`write_frame`."""
+    import pandas as pd  # lazy: pandas adds ~0.3 s to `import tvm_ext`
 
     return pd.read_csv(path, keep_default_na=False, na_values=["", "NaN", "nan"])
 
@@ -257,6 +259,7 @@ def dataset(
     folder keeps the columns priced when its cache was written (on the machine that tuned it,
     for the shipped dataset); ``cache=False`` derives and prices them again.
     """
+    import pandas as pd  # lazy: pandas adds ~0.3 s to `import tvm_ext`
 
     folders = log_folders(log_dirs)
     if machine is None:
@@ -280,6 +283,7 @@ MIN_CALIBRATION_ROWS = 20
 
 def check_training_data(data, min_rows: int, columns=()):
     """The measured rows of ``data`` with a positive finite time, or a DatasetError."""
+    import pandas as pd  # lazy: pandas adds ~0.3 s to `import tvm_ext`
 
     if not isinstance(data, pd.DataFrame):
         raise TypeError(f"expected a dataset DataFrame, not {type(data).__name__}")

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-import pandas as pd
+from typing import TYPE_CHECKING
+
 from tvm_ext.schedules.teaching.lecture import LectureConfig, lecture_cpu_matmul
 
 from tvm_ext.hardware.target import as_target
 from tvm_ext.measurement.measure import measure
 from tvm_ext.workloads.kernels import Workload
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def tile_sweep(
@@ -19,6 +23,8 @@ def tile_sweep(
     the schedule to run at speed), ``ms``, ``gflops``, ``pct_peak``, ``max_rel_error``.
     Every row passed parity before it was timed.
     """
+    import pandas as pd  # lazy: pandas adds ~0.3 s to `import tvm_ext`
+
     target = as_target(target)
     acc_bytes = 4 if workload.dtype != "float64" else 8
     rows = []

@@ -6,8 +6,6 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 
-import pandas as pd
-
 from tvm_ext.base.errors import NoLogFound, TargetMismatch, WorkloadMismatch
 from tvm_ext.kernel_tuner import session, stages
 from tvm_ext.kernel_tuner.replayer import replay
@@ -47,6 +45,8 @@ def replay_model(model, target=None, log_dir="tuning_logs", *, params=None, refe
     :class:`~tvm_ext.base.errors.TargetMismatch` naming them; a task the manifest does not
     list (the model changed) a :class:`~tvm_ext.base.errors.WorkloadMismatch`.
     """
+    import pandas as pd  # lazy: pandas adds ~0.3 s to `import tvm_ext`
+
     target = cpu_target(target)
     prepared = prepare_model(model, target, params, reference, inputs)
     here = model_manifest_path(log_dir, target, prepared.key)

@@ -20,8 +20,6 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-import pandas as pd
-
 from tvm_ext.base import tvm_api
 from tvm_ext.base.errors import TuneError
 from tvm_ext.cost import RooflinePolicy, evaluate, floor_s
@@ -300,6 +298,7 @@ def apply_best(lowered, tasks: list[ModelTask]) -> Applied:
 
 def table(tasks: list[ModelTask], retired: list[bool]) -> "object":
     """The per-task table (pandas), heaviest incumbent first (``retired``: per task)."""
+    import pandas as pd  # lazy: pandas adds ~0.3 s to `import tvm_ext`
 
     rows = [
         {

@@ -22,7 +22,6 @@ import time
 from typing import Sequence
 
 import numpy as np
-import pandas as pd
 from tqdm import tqdm
 
 from tvm_ext.base import tvm_api
@@ -92,6 +91,7 @@ class ModelTuneResult:
     def trials_by_task(self):
         """Trials each task had after each batch (rows: trials spent so far, columns: tasks
         in table order), for a chart of where the budget went."""
+        import pandas as pd  # lazy: pandas adds ~0.3 s to `import tvm_ext`
 
         running = dict.fromkeys(self.tasks["name"], 0)
         rows, spent = [dict(running)], [0]
@@ -122,6 +122,8 @@ def tune_model(model, target=None, *, trials: int = 64, log_dir=None, seed: int 
     of the same function, which start from them) and the model's task list is written to
     ``<log_dir>/<target key>/models/``; without it the logs live in a temporary folder.
     """
+    import pandas as pd  # lazy: pandas adds ~0.3 s to `import tvm_ext`
+
     _check_budget(trials, batch)
     started = time.perf_counter()
     target = cpu_target(target)
