@@ -96,7 +96,8 @@ def test_device_model_is_probed_on_the_device(tracker_with_two_servers):
 @pytest.mark.slow
 def test_server_killed_mid_tune(tracker_with_two_servers, host, tmp_path):
     """One of two servers dies after the first batch: the tune finishes on the other one and
-    the log holds a record of every candidate sent to a server, measured or failed."""
+    the log holds a record of every candidate sent to a server, measured or failed, and of
+    every one the cut withheld after its build (committed as a failed build, never run)."""
     from tvm_ext import host_target
     from tvm_ext.base.tvm_api import meta_schedule, tvm
     from tvm_ext.kernel_tuner.tuner import tune
@@ -129,7 +130,9 @@ def test_server_killed_mid_tune(tracker_with_two_servers, host, tmp_path):
     assert result.measurement.max_rel_error < 1e-4
     folder = next(tmp_path.glob("*/*/database_tuning_record.json"))
     records = folder.read_text().splitlines()
-    assert len(records) == 1 + sum(runner.sent)  # the hand schedule, then every candidate
+    # The hand schedule, every candidate sent, every candidate withheld after its build (how
+    # many the cut withholds depends on this CPU's bound and times: none on some, 13 on Zen 4).
+    assert len(records) == 1 + sum(runner.sent) + result.stats["withheld"]
     measured_after = result.stats["measured"] - runner.sent[0]
     assert measured_after > 0  # the surviving server measured later batches
 
