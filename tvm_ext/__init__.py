@@ -15,7 +15,13 @@ __version__ = "0.1.0"
 
 # tvm_api comes first: it raises TVM's thread-pool ceiling before anything can create the pool.
 from tvm_ext.base import errors, tvm_api  # noqa: F401  # isort: skip
-from tvm_ext.base.errors import ParityError, ScheduleNotApplicable, TuneError, TvmExtError
+from tvm_ext.base.errors import (
+    InputError,
+    ParityError,
+    ScheduleNotApplicable,
+    TuneError,
+    TvmExtError,
+)
 from tvm_ext.hardware.machine import host_machine
 from tvm_ext.hardware.machine_model import MachineModel
 from tvm_ext.hardware.target import cuda_target, generic_target, host_target
@@ -63,6 +69,7 @@ def replay(obj, target=None, **options):
 __all__ = [
     "MachineModel",
     "Measurement",
+    "InputError",
     "ParityError",
     "ScheduleNotApplicable",
     "TuneError",

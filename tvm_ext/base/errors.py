@@ -1,8 +1,9 @@
 """The package's error family.
 
-Input validation at the public boundary raises the standard ``ValueError``/``TypeError``;
-failures of the package's own work raise a subclass of :class:`TvmExtError`, so callers can
-catch them by type.
+Input validation at the public boundary raises the standard ``ValueError``/``TypeError``
+(a compiled model's inputs: :class:`InputError`, which is both a ``ValueError`` and one of
+ours); failures of the package's own work raise a subclass of :class:`TvmExtError`, so callers
+can catch them by type.
 """
 
 from __future__ import annotations
@@ -19,6 +20,18 @@ class ParityError(TvmExtError):
         super().__init__(message)
         self.max_abs_error = max_abs_error
         self.max_rel_error = max_rel_error
+
+
+class InputError(TvmExtError, ValueError):
+    """A compiled model was called with inputs it cannot take: the wrong number, kind, rank,
+    shape or dtype, or an index outside the table it indexes (where torch raises
+    ``IndexError``). The message names the input; for an index, also the position, the value
+    and the valid range, kept as attributes."""
+
+    def __init__(self, message: str, *, input: str | None = None, position=None, value=None,
+                 valid: tuple[int, int] | None = None):  # fmt: skip
+        super().__init__(message)
+        self.input, self.position, self.value, self.valid = input, position, value, valid
 
 
 class ThreadConfigError(TvmExtError):

@@ -30,7 +30,7 @@ import tvm.s_tir  # noqa: E402,F401
 import tvm.tirx  # noqa: E402,F401
 import tvm_ffi  # noqa: E402,F401
 from tvm import ir, relax, runtime, s_tir, te, tirx, transform  # noqa: E402,F401
-from tvm.relax.expr_functor import PyExprVisitor, visitor
+from tvm.relax.expr_functor import PyExprMutator, PyExprVisitor, mutator, visitor
 from tvm.relax.frontend import nn as relax_nn  # noqa: E402,F401  (models)
 from tvm.s_tir import dlight  # noqa: E402,F401  (its IR analysis, for our rules)
 from tvm.s_tir import meta_schedule as ms  # noqa: E402,F401
@@ -296,3 +296,54 @@ def same_structure(a, b) -> bool:
     """Whether two IR objects compute the same thing (TVM's structural equality: variable,
     buffer and block names are mapped, not compared; attributes are compared)."""
     return bool(tvm_ffi.structural_equal(a, b))
+
+
+def tensor_dims(expr) -> tuple[int | None, ...] | None:
+    """The shape of a Relax tensor expression, a symbolic dimension as None; None when the
+    expression is no tensor or its rank is unknown."""
+    values = getattr(getattr(getattr(expr, "ty", None), "shape", None), "values", None)
+    if values is None:
+        return None
+    return tuple(int(d) if isinstance(d, tvm.tirx.IntImm) else None for d in values)
+
+
+def tensor_dtype(expr) -> str:
+    """The dtype of a Relax tensor expression ('' when it has none)."""
+    return str(getattr(getattr(expr, "ty", None), "dtype", ""))
+
+
+def constant_values(expr):
+    """The values of a Relax tensor constant as a numpy array, None for any other expression
+    (TVM 0.27: a constant is a ``GenericConst`` whose ``value`` is a runtime tensor)."""
+    value = getattr(expr, "value", None) if isinstance(expr, tvm.ir.expr.GenericConst) else None
+    return value.numpy() if hasattr(value, "numpy") else None
+
+
+def call_name(expr) -> str | None:
+    """The operator a Relax call applies (``relax.take``), None for anything else."""
+    op = getattr(expr, "op", None)
+    return str(op.name) if isinstance(op, tvm.ir.Op) else None
+
+
+def bindings(func) -> Iterator[tuple[object, object]]:
+    """(variable, value) of every binding of a Relax function's body, in order."""
+    for block in getattr(func.body, "blocks", ()):
+        for binding in block.bindings:
+            yield binding.var, binding.value
+
+
+def rewrite_calls(mod, entry: str, rewrite) -> "tvm.IRModule":
+    """``mod`` with every call of its function ``entry`` that ``rewrite(call)`` answers with
+    an expression replaced by it (calls it answers None for are kept); the result normalized,
+    so a nested expression ``rewrite`` returns is bound to a variable of its own."""
+
+    @mutator
+    class _Rewrite(PyExprMutator):
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            new = rewrite(call)
+            return call if new is None else new
+
+    out = mod.shallow_copy() if hasattr(mod, "shallow_copy") else tvm.IRModule(mod.functions)
+    out[entry] = _Rewrite(mod).visit_expr(mod[entry])
+    return relax.transform.Normalize()(out)

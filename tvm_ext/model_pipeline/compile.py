@@ -8,7 +8,8 @@ compile time), fuse, drop dead functions, schedule every PrimFunc with
 comparison: ``relax.get_pipeline("zero")`` and a build, weights passed at every call, no
 schedule. Both return a :class:`Compiled` whose parity against the model's numpy reference was
 checked before it is returned: a :class:`~tvm_ext.base.errors.ParityError` is raised, never a
-time.
+time. On both, every index kernel stays inside its table and each call's inputs are checked
+(:mod:`tvm_ext.model_pipeline.boundary`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ import numpy as np
 
 from tvm_ext.base import tvm_api
 from tvm_ext.hardware.target import as_target
-from tvm_ext.model_pipeline.compiled import Compiled, InputSpec, Reference, Timing
+from tvm_ext.model_pipeline.boundary import InputSpec, index_checks, input_vars, safe_indexing
+from tvm_ext.model_pipeline.compiled import Compiled, Reference, Timing
 from tvm_ext.schedules.rules.dispatch import apply
 from tvm_ext.workloads.model_base import Model
 
@@ -81,16 +83,17 @@ def compile_untuned(
     start = _clock.perf_counter()
     target, source = cpu_target(target), ModelSource.of(model, params, reference, inputs)
     with target:
-        mod = tvm_api.relax.get_pipeline("zero")(source.mod)
+        mod = tvm_api.relax.get_pipeline("zero")(safe_indexing(source.mod))
     weights = tuple(tvm_api.tensor(np.ascontiguousarray(w), tvm_api.cpu(0)) for w in source.weights)
     return build_compiled(source, "untuned", target, mod, weights, None, start)
 
 
 def bind_and_lower(source: "ModelSource", target):
-    """The source's module with its weights bound as constants, lowered by :func:`lower`: the
-    module whose PrimFuncs the rules schedule and the model tuner tunes."""
+    """The source's module with its weights bound as constants and its index kernels kept
+    inside their tables (:func:`~tvm_ext.model_pipeline.boundary.safe_indexing`), lowered by
+    :func:`lower`: the module whose PrimFuncs the rules schedule and the model tuner tunes."""
     bound = tvm_api.relax.transform.BindParams(source.entry, source.bind_map())(source.mod)
-    return lower(bound, target, source.entry)
+    return lower(safe_indexing(bound), target, source.entry)
 
 
 def lower(mod, target, entry: str):
@@ -159,6 +162,8 @@ def build_compiled(source, path, target, mod, weights, applied, start) -> Compil
         checkable,
         source.flops,
         0.0,
+        input_names=tuple(str(v.name) for v in source.input_vars),
+        index_checks=index_checks(source.mod[source.entry], source.input_vars),
     )
     if checkable:
         errors = compiled.check()
@@ -228,6 +233,11 @@ class ModelSource:
             None if inputs is None else tuple(inputs),
             flops,
         )
+
+    @property
+    def input_vars(self) -> tuple:
+        """The entry function's parameters that are inputs (not weights), in call order."""
+        return tuple(input_vars(self.mod[self.entry], self.weight_vars))
 
     def bind_map(self) -> dict:
         dev = tvm_api.cpu(0)

@@ -17,10 +17,10 @@ from tvm_ext.base import tvm_api
 from tvm_ext.base.host_threads import reference_threads, settle
 from tvm_ext.hardware.target import target_cores
 from tvm_ext.measurement.measure import check_parity
+from tvm_ext.model_pipeline.boundary import IndexCheck, InputSpec, check_inputs
 from tvm_ext.schedules import Applied
 
 Reference = Callable[[Sequence[np.ndarray]], "np.ndarray | Sequence[np.ndarray]"]
-InputSpec = tuple[tuple["int | None", ...], str]  # None: a symbolic dimension
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +47,11 @@ class Compiled:
     ``weights`` are passed after the inputs at each call (the untuned path; empty when the
     weights are bound into the executable). ``kernels`` names the PrimFuncs one call runs, in
     order; ``applied`` says which rule scheduled each (None on the untuned path).
+
+    Every call through :meth:`run`, :meth:`check` and :meth:`time` checks its inputs first
+    (number, kind, rank, shape, dtype, and each index input against the table it indexes:
+    ``index_checks``) and raises :class:`~tvm_ext.base.errors.InputError`; ``vm`` called
+    directly skips those checks, but its index kernels still clamp into their tables.
     """
 
     name: str
@@ -64,13 +69,16 @@ class Compiled:
     checked: bool  # parity was checked on ``inputs`` at compile time
     flops: int | None
     compile_seconds: float
+    input_names: tuple[str, ...] = ()
+    index_checks: tuple[IndexCheck, ...] = ()
 
     @property
     def threads(self) -> int:
         return target_cores(self.target)
 
     def run(self, *inputs: np.ndarray) -> "np.ndarray | list[np.ndarray]":
-        """The output of one call on ``inputs`` (numpy arrays; ValueError on a shape mismatch)."""
+        """The output of one call on ``inputs`` (numpy arrays; InputError, a ValueError, on
+        inputs the model cannot take)."""
         with tvm_api.threads(self.threads):
             out = self.vm[self.entry](*self._arguments(inputs))
         return _to_numpy(out)
@@ -83,6 +91,9 @@ class Compiled:
             raise ValueError(
                 f"{self.name}: no reference to check parity against; pass reference= to compile"
             )
+        inputs = check_inputs(  # before the reference sees them
+            self.name, self.input_names, self.input_specs, self.index_checks, inputs
+        )
         with reference_threads():  # no BLAS worker left spinning beside a timing
             expected = self.reference(inputs)
         outs = _as_list(self.run(*inputs))
@@ -115,20 +126,11 @@ class Compiled:
         return self.inputs
 
     def _arguments(self, inputs: Sequence[np.ndarray]) -> list:
-        _check_specs(self.name, self.input_specs, inputs)
+        arrays = check_inputs(
+            self.name, self.input_names, self.input_specs, self.index_checks, inputs
+        )
         dev = tvm_api.cpu(0)
-        return [tvm_api.tensor(np.ascontiguousarray(a), dev) for a in inputs] + list(self.weights)
-
-
-def _check_specs(name: str, specs, inputs) -> None:
-    got = [(tuple(np.shape(a)), str(np.asarray(a).dtype)) for a in inputs]
-    fits = len(got) == len(specs) and all(
-        len(gs) == len(ws) and all(w is None or w == g for g, w in zip(gs, ws)) and gd == wd
-        for (gs, gd), (ws, wd) in zip(got, specs)
-    )
-    if not fits:
-        wanted = [(tuple("?" if d is None else d for d in s), d) for s, d in specs]
-        raise ValueError(f"{name} takes inputs {wanted} (shape, dtype), got {got}")
+        return [tvm_api.tensor(a, dev) for a in arrays] + list(self.weights)
 
 
 def _to_numpy(out):
