@@ -21,6 +21,7 @@ from tvm_ext.base.errors import (
     ScheduleNotApplicable,
     TuneError,
     TvmExtError,
+    UnsupportedModel,
 )
 from tvm_ext.hardware.machine import host_machine
 from tvm_ext.hardware.machine_model import MachineModel
@@ -32,7 +33,10 @@ from tvm_ext.measurement.measure import Measurement, measure
 from tvm_ext.model_pipeline.compile import compile
 from tvm_ext.model_pipeline.model_replay import replay_model
 from tvm_ext.model_pipeline.model_tuner import is_model, tune_model
+from tvm_ext.model_pipeline.profile import profile
 from tvm_ext.workloads import kernels, models
+from tvm_ext.workloads.from_torch import from_torch
+from tvm_ext.workloads.suite import build_suite
 
 # Options of a kernel tune that a model tune does not take (it seeds each task by its rule and
 # runs every batch with its own settings), with the values that mean "not given".
@@ -74,7 +78,10 @@ __all__ = [
     "ScheduleNotApplicable",
     "TuneError",
     "TvmExtError",
+    "UnsupportedModel",
+    "build_suite",
     "compile",
+    "from_torch",
     "cuda_target",
     "errors",
     "generic_target",
@@ -83,6 +90,7 @@ __all__ = [
     "kernels",
     "measure",
     "models",
+    "profile",
     "replay",
     "rpc_runner",
     "tune",

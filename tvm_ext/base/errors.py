@@ -34,6 +34,15 @@ class InputError(TvmExtError, ValueError):
         self.input, self.position, self.value, self.valid = input, position, value, valid
 
 
+class UnsupportedModel(TvmExtError, ValueError):
+    """A torch module TVM's importer cannot take: the message names the operator(s) and the
+    graph node(s) that use them (``operators``: operator -> node names)."""
+
+    def __init__(self, message: str, *, operators: dict[str, list[str]] | None = None):
+        super().__init__(message)
+        self.operators = operators or {}
+
+
 class ThreadConfigError(TvmExtError):
     """TVM's runtime thread pool cannot run with the number of threads a target asks for."""
 

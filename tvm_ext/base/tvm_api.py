@@ -347,3 +347,19 @@ def rewrite_calls(mod, entry: str, rewrite) -> "tvm.IRModule":
     out = mod.shallow_copy() if hasattr(mod, "shallow_copy") else tvm.IRModule(mod.functions)
     out[entry] = _Rewrite(mod).visit_expr(mod[entry])
     return relax.transform.Normalize()(out)
+
+
+def torch_importer():
+    """TVM's ``from_exported_program`` (imported here, not at import time: it imports torch)."""
+    from tvm.relax.frontend.torch import from_exported_program  # lazy: it imports torch
+
+    return from_exported_program
+
+
+def torch_converters() -> set[str]:
+    """The names of the torch operators TVM's ``from_exported_program`` converts."""
+    from tvm.relax.frontend.torch.exported_program_translator import (  # lazy: imports torch
+        ExportedProgramImporter,
+    )
+
+    return set(ExportedProgramImporter().convert_map)

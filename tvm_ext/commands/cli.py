@@ -32,10 +32,13 @@ from tvm_ext.hardware.machine import cache_path, host_machine
 from tvm_ext.hardware.target import host_target
 from tvm_ext.kernel_tuner.replayer import replay, replays_here
 from tvm_ext.kernel_tuner.tuner import tune
+from tvm_ext.model_pipeline.compile import compile
 from tvm_ext.model_pipeline.model_replay import replay_model
 from tvm_ext.model_pipeline.model_tuner import describe, tune_model
+from tvm_ext.model_pipeline.profile import profile
 from tvm_ext.records.logs import cpu_model, find_logs, target_key
 from tvm_ext.workloads import kernels, models
+from tvm_ext.workloads.suite import SUITE, build_suite
 
 # A user's mistake (a bad size, dtype, file or folder) ends in one line and exit code 2; a
 # failure of the work itself (nothing measured, parity) in one line and exit code 1.
@@ -273,6 +276,34 @@ def _evaluate_policies(args) -> int:
     return 0
 
 
+def _profile(args) -> int:
+    if args.model in models.ZOO:
+        model = models.build(args.model, args.size, batch=args.batch)
+    elif args.model in SUITE:
+        model = build_suite(args.model, args.size)
+    else:
+        raise ValueError(f"no model {args.model!r}: the zoo has {sorted(models.ZOO)}, the "
+                         f"suite {sorted(SUITE)}")  # fmt: skip
+    compiled = compile(model)
+    result = profile(compiled, min_seconds=args.seconds)
+    table = result.table()
+    if args.top:
+        table = table[(table["kind"] != "kernel") | (table.index < args.top)]
+    target, latency = compiled.target, result.latency.seconds
+    print(f"{model.key} on {cpu_model()} ({target.attrs['mcpu']}, {compiled.threads} threads): "
+          f"{latency * 1e3:.3f} ms end to end (median of {result.latency.repeats}), calls "
+          f"timed over {result.runs} runs: kernels {result.kernels_s * 1e3:.3f} ms, all timed "
+          f"calls {result.timed_s * 1e3:.3f} ms ({100 * result.timed_s / latency:.0f} % of "
+          "the latency)")  # fmt: skip
+    if args.markdown:
+        print(table.to_markdown(index=False, floatfmt=".3g"))
+    else:
+        with pd.option_context("display.width", 200, "display.max_columns", 20,
+                               "display.max_colwidth", 60):  # fmt: skip
+            print(table.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+    return 0
+
+
 def _model_options(parser) -> None:
     parser.add_argument("--size", default="full", choices=("full", "small"), help="zoo size")
     parser.add_argument("--batch", type=int, default=1, help="the zoo model's batch")
@@ -322,6 +353,14 @@ def main(argv: list[str] | None = None) -> int:
     rp.add_argument("--log-dir", default="tuning_logs", help="the logs of a model's tasks")
     _model_options(rp)
     rp.set_defaults(run=_replay)
+    prof = sub.add_parser("profile", help="compile a zoo or suite model and time its kernels")
+    prof.add_argument("model", help=f"a zoo model {sorted(models.ZOO)} or a suite model "
+                      f"{sorted(SUITE)} (the suite needs the [torch] extra)")  # fmt: skip
+    _model_options(prof)
+    prof.add_argument("--top", type=int, default=0, help="only the N slowest kernels")
+    prof.add_argument("--seconds", type=float, default=1.0, help="instrumented runs (seconds)")
+    prof.add_argument("--markdown", action="store_true")
+    prof.set_defaults(run=_profile)
     rep = sub.add_parser("report", help="a table of every frozen log")
     rep.add_argument("log_dir", nargs="?", default="tuning_logs")
     rep.add_argument("--markdown", action="store_true")

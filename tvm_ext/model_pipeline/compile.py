@@ -25,6 +25,7 @@ from tvm_ext.base import tvm_api
 from tvm_ext.hardware.target import as_target
 from tvm_ext.model_pipeline.boundary import InputSpec, index_checks, input_vars, safe_indexing
 from tvm_ext.model_pipeline.compiled import Compiled, Reference, Timing
+from tvm_ext.model_pipeline.relax_fixes import fixed
 from tvm_ext.schedules.rules.dispatch import apply
 from tvm_ext.workloads.model_base import Model
 
@@ -83,17 +84,18 @@ def compile_untuned(
     start = _clock.perf_counter()
     target, source = cpu_target(target), ModelSource.of(model, params, reference, inputs)
     with target:
-        mod = tvm_api.relax.get_pipeline("zero")(safe_indexing(source.mod))
+        mod = tvm_api.relax.get_pipeline("zero")(safe_indexing(fixed(source.mod)))
     weights = tuple(tvm_api.tensor(np.ascontiguousarray(w), tvm_api.cpu(0)) for w in source.weights)
     return build_compiled(source, "untuned", target, mod, weights, None, start)
 
 
 def bind_and_lower(source: "ModelSource", target):
-    """The source's module with its weights bound as constants and its index kernels kept
-    inside their tables (:func:`~tvm_ext.model_pipeline.boundary.safe_indexing`), lowered by
+    """The source's module with its weights bound as constants, TVM's build bugs worked
+    around (:mod:`~tvm_ext.model_pipeline.relax_fixes`) and its index kernels kept inside
+    their tables (:func:`~tvm_ext.model_pipeline.boundary.safe_indexing`), lowered by
     :func:`lower`: the module whose PrimFuncs the rules schedule and the model tuner tunes."""
     bound = tvm_api.relax.transform.BindParams(source.entry, source.bind_map())(source.mod)
-    return lower(safe_indexing(bound), target, source.entry)
+    return lower(safe_indexing(fixed(bound)), target, source.entry)
 
 
 def lower(mod, target, entry: str):
@@ -164,6 +166,7 @@ def build_compiled(source, path, target, mod, weights, applied, start) -> Compil
         0.0,
         input_names=tuple(str(v.name) for v in source.input_vars),
         index_checks=index_checks(source.mod[source.entry], source.input_vars),
+        module=mod,
     )
     if checkable:
         errors = compiled.check()

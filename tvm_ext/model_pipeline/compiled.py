@@ -71,6 +71,7 @@ class Compiled:
     compile_seconds: float
     input_names: tuple[str, ...] = ()
     index_checks: tuple[IndexCheck, ...] = ()
+    module: object = None  # the IRModule built (its PrimFuncs are what the VM calls)
 
     @property
     def threads(self) -> int:
@@ -80,7 +81,7 @@ class Compiled:
         """The output of one call on ``inputs`` (numpy arrays; InputError, a ValueError, on
         inputs the model cannot take)."""
         with tvm_api.threads(self.threads):
-            out = self.vm[self.entry](*self._arguments(inputs))
+            out = self.vm[self.entry](*self.arguments(inputs))
         return _to_numpy(out)
 
     def check(self, inputs: Sequence[np.ndarray] | None = None) -> tuple[float, float]:
@@ -106,7 +107,7 @@ class Compiled:
             raise ValueError(f"{repeat=} must be >= 1 and {min_repeat_ms=} >= 0")
         if inputs is not None or not self.checked:
             self.check(inputs)
-        arguments = self._arguments(self._inputs_or_default(inputs))
+        arguments = self.arguments(inputs)
         evaluator = self.vm.time_evaluator(
             self.entry, tvm_api.cpu(0), number=1, repeat=repeat, min_repeat_ms=min_repeat_ms
         )
@@ -125,7 +126,10 @@ class Compiled:
             raise ValueError(f"{self.name}: no default inputs; pass inputs")
         return self.inputs
 
-    def _arguments(self, inputs: Sequence[np.ndarray]) -> list:
+    def arguments(self, inputs: Sequence[np.ndarray] | None = None) -> list:
+        """What the VM entry is called with: ``inputs`` (default the model's) checked at the
+        boundary and placed on the device, then the weights passed at each call (if any)."""
+        inputs = self._inputs_or_default(inputs)
         arrays = check_inputs(
             self.name, self.input_names, self.input_specs, self.index_checks, inputs
         )

@@ -1,0 +1,208 @@
+"""Where a compiled model's time goes: every call the VM makes, timed, against its floor.
+
+TVM 0.27's Relax VM has no profiler (``profile=True`` is gone); it calls an instrument before
+and after each call instruction (``set_instrument``). :func:`profile` times each call that way
+on a VM of its own (the model's own VM is left uninstrumented), over many runs, and takes per
+call site the median over runs; the model's end-to-end latency is measured apart, without the
+instrument (:meth:`~tvm_ext.model_pipeline.compiled.Compiled.time`). Per function called:
+the calls per run, time per call and per run, share of the latency, GFLOP/s (TVM's FLOP
+estimate of the function), its proven floor (:func:`tvm_ext.cost.floor_s`: no schedule of it
+runs faster on this machine) and the time over that floor; the rule that scheduled it (a
+function the rules repacked runs as ``<name>_prepacked``, under its rule). The VM's own calls
+(``vm.builtin.*``: allocations, reshapes, tuple work) are rows of kind ``vm``; what no call
+accounts for (the VM's dispatch between calls, and the instrument's own cost, which inflates
+the timed calls) is the ``unattributed`` row, latency minus the timed calls: negative when
+the instrument's cost exceeds the dispatch it hides.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from typing import Sequence
+
+import numpy as np
+
+from tvm_ext.base import tvm_api
+from tvm_ext.cost import floor_s
+from tvm_ext.hardware.machine import host_machine
+from tvm_ext.hardware.target import host_target
+from tvm_ext.model_pipeline.compiled import Compiled, Timing
+
+PREPACKED = "_prepacked"  # the suffix SplitLayoutRewritePreproc gives a repacked function
+COLUMNS = ["name", "kind", "rule", "calls", "per_call_us", "per_run_us", "share", "gflops",
+           "floor_us", "x_floor"]  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One function the VM calls: a kernel (a PrimFunc), a VM builtin, or the remainder."""
+
+    name: str
+    kind: str  # "kernel", "vm" or "unattributed"
+    rule: str | None
+    calls: int  # per run
+    per_call_s: float | None
+    per_run_s: float
+    share: float  # of the end-to-end latency
+    flops: int | None  # per call
+    floor_s: float | None  # per call
+
+    @property
+    def gflops(self) -> float | None:
+        return self.flops / self.per_call_s / 1e9 if self.flops and self.per_call_s else None
+
+    @property
+    def x_floor(self) -> float | None:
+        return self.per_call_s / self.floor_s if self.floor_s and self.per_call_s else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Profile:
+    """A compiled model's calls, timed: ``rows`` (slowest first), the latency they share."""
+
+    model: str
+    latency: Timing
+    runs: int
+    rows: tuple[Row, ...]
+
+    @property
+    def timed_s(self) -> float:
+        """The timed calls' total per run (kernels and VM builtins)."""
+        return sum(r.per_run_s for r in self.rows if r.kind != "unattributed")
+
+    @property
+    def kernels_s(self) -> float:
+        return sum(r.per_run_s for r in self.rows if r.kind == "kernel")
+
+    def slowest(self, n: int = 5) -> list[Row]:
+        return [r for r in self.rows if r.kind == "kernel"][:n]
+
+    def table(self):
+        """The rows as a pandas DataFrame, times in microseconds."""
+        import pandas as pd  # lazy: pandas adds ~0.3 s to `import tvm_ext`
+
+        def us(s):
+            return None if s is None else s * 1e6
+
+        return pd.DataFrame(
+            [
+                [
+                    r.name,
+                    r.kind,
+                    r.rule,
+                    r.calls,
+                    us(r.per_call_s),
+                    us(r.per_run_s),
+                    r.share,
+                    r.gflops,
+                    us(r.floor_s),
+                    r.x_floor,
+                ]  # fmt: skip
+                for r in self.rows
+            ],
+            columns=COLUMNS,
+        )
+
+
+def profile(
+    compiled: Compiled,
+    inputs: Sequence[np.ndarray] | None = None,
+    *,
+    min_seconds: float = 1.0,
+    min_runs: int = 5,
+    machine=None,
+) -> Profile:
+    """Profile ``compiled`` on ``inputs`` (default its own; parity is checked first, as for
+    :meth:`Compiled.time`): the instrumented model runs at least ``min_runs`` times and
+    ``min_seconds``; ``machine`` is the model the floors use (default the host's)."""
+    latency = compiled.time(inputs)
+    arguments = compiled.arguments(inputs)
+    vm = tvm_api.relax.VirtualMachine(compiled.executable, tvm_api.cpu(0))
+    runs: list[list[tuple[str, float]]] = []
+    open_calls: list[float] = []
+
+    def instrument(func, name, before_run, ret_value, *args):
+        now = time.perf_counter()
+        if before_run:
+            open_calls.append(now)
+        else:
+            runs[-1].append((str(name), now - open_calls.pop()))
+        return 0
+
+    vm.set_instrument(instrument)
+    entry = vm[compiled.entry]
+    with tvm_api.threads(compiled.threads):
+        for _ in range(2):  # warm-up: pools, caches, the instrument's own first calls
+            runs.append([])
+            entry(*arguments)
+        runs.clear()
+        started = time.perf_counter()
+        while len(runs) < min_runs or time.perf_counter() - started < min_seconds:
+            runs.append([])
+            entry(*arguments)
+    return Profile(compiled.name, latency, len(runs), _rows(compiled, runs, latency, machine))
+
+
+def _rows(compiled: Compiled, runs, latency: Timing, machine) -> tuple[Row, ...]:
+    sites = [name for name, _ in runs[0]]
+    if any([name for name, _ in run] != sites for run in runs):
+        raise RuntimeError(f"{compiled.name}: the VM's calls differ between runs")
+    per_site = [statistics.median(run[i][1] for run in runs) for i in range(len(sites))]
+    totals: dict[str, list[float]] = {}
+    for name, seconds in zip(sites, per_site):
+        totals.setdefault(name, []).append(seconds)
+    functions = _prim_funcs(compiled)
+    rules = {s.name: s.rule for s in compiled.applied.functions} if compiled.applied else {}
+    if machine is None:
+        machine = host_machine(host_target(num_cores=compiled.threads))
+    rows = []
+    for name, times in totals.items():
+        func = functions.get(name)
+        per_run = sum(times)
+        rows.append(
+            Row(
+                name,
+                "kernel" if func is not None else "vm",
+                rules.get(name.removesuffix(PREPACKED)) if func is not None else None,
+                len(times),
+                per_run / len(times),
+                per_run,
+                per_run / latency.seconds,
+                _flops(func) if func is not None else None,
+                _floor(func, compiled.target, machine) if func is not None else None,
+            )
+        )
+    rows.sort(key=lambda r: -r.per_run_s)
+    rest = latency.seconds - sum(r.per_run_s for r in rows)
+    rows.append(Row("unattributed", "unattributed", None, 0, None, rest,
+                    rest / latency.seconds, None, None))  # fmt: skip
+    return tuple(rows)
+
+
+def _prim_funcs(compiled: Compiled) -> dict:
+    if compiled.module is None:
+        return {}
+    return {
+        gv.name_hint: f
+        for gv, f in compiled.module.functions.items()
+        if isinstance(f, tvm_api.PrimFunc)
+    }
+
+
+def _flops(func) -> int | None:
+    try:
+        return int(tvm_api.s_tir.analysis.estimate_tir_flops(tvm_api.IRModule({"main": func})))
+    except (RuntimeError, ValueError):  # TVM cannot count it (an opaque call, a while loop)
+        return None
+
+
+def _floor(func, target, machine) -> float | None:
+    try:
+        return floor_s(func, target, machine=machine)
+    except (RuntimeError, ValueError):  # TVM errors are RuntimeErrors: no features to read
+        return None
+
+
+__all__ = ["COLUMNS", "PREPACKED", "Profile", "Row", "profile"]

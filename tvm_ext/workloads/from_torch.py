@@ -1,0 +1,138 @@
+"""A ``torch.nn.Module`` as a model the package compiles, tunes, replays and profiles.
+
+:func:`from_torch` exports the module with ``torch.export`` (inference mode: ``eval()``, no
+autograd), imports the program with TVM's ``from_exported_program`` (weights kept as the
+entry function's last parameters, then detached as numpy arrays), and returns a
+:class:`TorchModel`: a zoo :class:`~tvm_ext.workloads.model_base.Model` whose reference is the
+module itself, run by torch on the same inputs. torch is optional (the ``[torch]`` extra):
+imported when this is called, never at import time.
+
+An operator TVM's importer has no converter for raises :class:`UnsupportedModel`, naming the
+operators and the graph nodes that use them, before anything is built.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Sequence
+
+import numpy as np
+
+from tvm_ext.base import tvm_api
+from tvm_ext.base.errors import UnsupportedModel
+from tvm_ext.workloads import torch_libraries
+from tvm_ext.workloads.model_base import Model, check_inputs
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class TorchModel(Model):
+    """A model imported from torch: ``reference`` runs the torch module (float32, as the
+    compiled model does) and returns its output(s) as numpy arrays."""
+
+    torch_forward: Callable[[Sequence[np.ndarray]], list[np.ndarray]] | None = None
+
+    def reference(self, inputs: Sequence[np.ndarray] | None = None):
+        inputs = self.inputs if inputs is None else tuple(inputs)
+        check_inputs(self, inputs)
+        outs = self.torch_forward(inputs)
+        return outs[0] if len(outs) == 1 else outs
+
+
+def from_torch(
+    module,
+    example_inputs: Sequence,
+    *,
+    name: str | None = None,
+    size: str = "custom",
+    seed: int = 0,
+    dynamic_shapes=None,
+) -> TorchModel:
+    """``module`` (a ``torch.nn.Module``) on ``example_inputs`` (torch tensors or numpy
+    arrays) as a :class:`TorchModel`; ``name`` defaults to the module's class name.
+    ``dynamic_shapes`` is passed to ``torch.export.export``. Raises UnsupportedModel when
+    the importer lacks a converter for an operator of the exported graph."""
+    torch = torch_libraries.torch()
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"from_torch takes a torch.nn.Module, got {type(module).__name__}")
+    module = module.eval()
+    args = tuple(_as_torch(torch, a) for a in example_inputs)
+    with torch.no_grad():
+        program = torch.export.export(module, args, dynamic_shapes=dynamic_shapes)
+        program = program.run_decompositions()
+    _refuse_unsupported(program)
+    mod = tvm_api.torch_importer()(program, keep_params_as_input=True, run_ep_decomposition=False,
+                                   unwrap_unit_return_tuple=True)  # fmt: skip
+    mod, detached = tvm_api.relax.frontend.detach_params(mod)
+    params = tuple(_frozen(w.numpy()) for w in detached.get("main", []))
+    described = tvm_api.relax_params(mod["main"])
+    param_names = tuple(n for n, _, _ in described[len(described) - len(params) :])
+    inputs = tuple(_frozen(np.array(a.detach().numpy())) for a in args)
+
+    def torch_forward(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        with torch.no_grad():
+            out = module(*(torch.from_numpy(np.array(a)) for a in arrays))
+        return [leaf.detach().numpy() for leaf in _tensor_leaves(torch, out)]
+
+    return TorchModel(
+        name or type(module).__name__,
+        size,
+        int(inputs[0].shape[0]) if inputs and inputs[0].ndim else 1,
+        seed,
+        mod,
+        param_names,
+        params,
+        inputs,
+        _flops(torch, module, args),
+        None,
+        torch_forward,
+    )
+
+
+def _as_torch(torch, value):
+    if isinstance(value, torch.Tensor):
+        return value
+    return torch.from_numpy(np.ascontiguousarray(value))
+
+
+def _frozen(array: np.ndarray) -> np.ndarray:
+    array.setflags(write=False)
+    return array
+
+
+def _tensor_leaves(torch, out) -> list:
+    """The tensors of a module's output in the order the importer returns them (the pytree's
+    leaves: a ModelOutput's fields, a tuple's items)."""
+    leaves = torch.utils._pytree.tree_leaves(out)
+    return [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
+
+
+def _flops(torch, module, args) -> int:
+    """2 x the multiply-adds of the matmuls, convolutions and attention products, as torch's
+    FLOP counter counts them (elementwise work left out, as the zoo's figures do)."""
+    from torch.utils.flop_counter import FlopCounterMode  # lazy: torch is optional
+
+    counter = FlopCounterMode(display=False)
+    with torch.no_grad(), counter:
+        module(*args)
+    return int(counter.get_total_flops())
+
+
+def _refuse_unsupported(program) -> None:
+    supported = tvm_api.torch_converters()
+    missing: dict[str, list[str]] = {}
+    for node in program.graph.nodes:
+        if node.op == "call_function" and node.target.__name__ not in supported:
+            missing.setdefault(node.target.__name__, []).append(node.name)
+    if missing:
+        listed = "; ".join(
+            f"{op} (node{'s' if len(nodes) > 1 else ''} {', '.join(nodes[:5])}"
+            f"{', ...' if len(nodes) > 5 else ''})"
+            for op, nodes in sorted(missing.items())
+        )
+        raise UnsupportedModel(
+            f"TVM {tvm_api.TVM_VERSION}'s torch importer has no converter for: {listed}",
+            operators=missing,
+        )
+
+
+__all__ = ["TorchModel", "from_torch"]
