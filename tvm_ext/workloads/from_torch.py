@@ -30,6 +30,7 @@ class TorchModel(Model):
     compiled model does) and returns its output(s) as numpy arrays."""
 
     torch_forward: Callable[[Sequence[np.ndarray]], list[np.ndarray]] | None = None
+    torch_module: object = None  # the module itself, in eval mode (for peers to run)
 
     def reference(self, inputs: Sequence[np.ndarray] | None = None):
         inputs = self.inputs if inputs is None else tuple(inputs)
@@ -85,6 +86,7 @@ def from_torch(
         _flops(torch, module, args),
         None,
         torch_forward,
+        module,
     )
 
 
