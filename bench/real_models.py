@@ -88,8 +88,19 @@ def onnxruntime_call(model, module, inputs, cores: int, folder):
     import torch  # lazy: the [bench] extra
 
     path = f"{folder}/{model.name}.onnx"
-    with torch.no_grad():
-        torch.onnx.export(module, tuple(inputs), path, dynamo=False, opset_version=17)
+    # The TorchScript exporter first (what onnxruntime's own tutorials use), with torch's fused
+    # attention fast path off (ViT's _native_multi_head_attention has no ONNX form); the
+    # torch.export-based exporter when it refuses an operator (transformers' masks: aten::diff).
+    fastpath = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        with torch.no_grad():
+            try:
+                torch.onnx.export(module, tuple(inputs), path, dynamo=False, opset_version=17)
+            except torch.onnx.errors.UnsupportedOperatorError:
+                torch.onnx.export(module, tuple(inputs), path, dynamo=True, opset_version=18)
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fastpath)
     options = ort.SessionOptions()
     options.intra_op_num_threads = cores
     options.inter_op_num_threads = 1

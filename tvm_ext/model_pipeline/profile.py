@@ -3,16 +3,18 @@
 TVM 0.27's Relax VM has no profiler (``profile=True`` is gone); it calls an instrument before
 and after each call instruction (``set_instrument``). :func:`profile` times each call that way
 on a VM of its own (the model's own VM is left uninstrumented), over many runs, and takes per
-call site the median over runs; the model's end-to-end latency is measured apart, without the
-instrument (:meth:`~tvm_ext.model_pipeline.compiled.Compiled.time`). Per function called:
-the calls per run, time per call and per run, share of the latency, GFLOP/s (TVM's FLOP
-estimate of the function), its proven floor (:func:`tvm_ext.cost.floor_s`: no schedule of it
-runs faster on this machine) and the time over that floor; the rule that scheduled it (a
-function the rules repacked runs as ``<name>_prepacked``, under its rule). The VM's own calls
-(``vm.builtin.*``: allocations, reshapes, tuple work) are rows of kind ``vm``; what no call
-accounts for (the VM's dispatch between calls, and the instrument's own cost, which inflates
-the timed calls) is the ``unattributed`` row, latency minus the timed calls: negative when
-the instrument's cost exceeds the dispatch it hides.
+call site the median over runs; the model's end-to-end latency is the median of plain calls
+(no instrument), each run just before an instrumented one, so both see the machine alike (on
+a shared machine the same model's latency moves by tens of percent within seconds).
+
+Per function called: the calls per run, time per call and per run, share of the latency,
+GFLOP/s (TVM's FLOP estimate of the function), its proven floor (:func:`tvm_ext.cost.floor_s`:
+no schedule of it runs faster on this machine) and the time over that floor; the rule that
+scheduled it (a function the rules repacked runs as ``<name>_prepacked``, under its rule). The
+VM's own calls (``vm.builtin.*``: allocations, reshapes, tuple work) are rows of kind ``vm``;
+what no call accounts for (the VM's dispatch between calls, less the instrument's own cost,
+which inflates the timed calls) is the ``unattributed`` row, latency minus the timed calls:
+negative when the instrument's cost exceeds the dispatch it hides.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Sequence
 import numpy as np
 
 from tvm_ext.base import tvm_api
+from tvm_ext.base.host_threads import settle
 from tvm_ext.cost import floor_s
 from tvm_ext.hardware.machine import host_machine
 from tvm_ext.hardware.target import host_target
@@ -115,9 +118,11 @@ def profile(
     machine=None,
 ) -> Profile:
     """Profile ``compiled`` on ``inputs`` (default its own; parity is checked first, as for
-    :meth:`Compiled.time`): the instrumented model runs at least ``min_runs`` times and
-    ``min_seconds``; ``machine`` is the model the floors use (default the host's)."""
-    latency = compiled.time(inputs)
+    :meth:`Compiled.time`): the model runs, alternately plain and instrumented, at least
+    ``min_runs`` times each and ``min_seconds``; ``machine`` is the model the floors use
+    (default the host's)."""
+    if inputs is not None or not compiled.checked:
+        compiled.check(inputs)  # parity first, as Compiled.time does
     arguments = compiled.arguments(inputs)
     vm = tvm_api.relax.VirtualMachine(compiled.executable, tvm_api.cpu(0))
     runs: list[list[tuple[str, float]]] = []
@@ -132,16 +137,25 @@ def profile(
         return 0
 
     vm.set_instrument(instrument)
-    entry = vm[compiled.entry]
+    instrumented, plain = vm[compiled.entry], compiled.vm[compiled.entry]
+    plain_s: list[float] = []
+    settle()  # the caller's own BLAS/OpenMP workers parked, off the cores we time on
     with tvm_api.threads(compiled.threads):
         for _ in range(2):  # warm-up: pools, caches, the instrument's own first calls
             runs.append([])
-            entry(*arguments)
+            instrumented(*arguments)
+            plain(*arguments)
         runs.clear()
         started = time.perf_counter()
         while len(runs) < min_runs or time.perf_counter() - started < min_seconds:
+            begin = time.perf_counter()
+            plain(*arguments)  # the latency, run by run beside the instrumented runs
+            plain_s.append(time.perf_counter() - begin)
             runs.append([])
-            entry(*arguments)
+            instrumented(*arguments)
+    median = statistics.median(plain_s)
+    latency = Timing(median, min(plain_s), (max(plain_s) - min(plain_s)) / median, len(plain_s),
+                     compiled.threads, compiled.flops)  # fmt: skip
     return Profile(compiled.name, latency, len(runs), _rows(compiled, runs, latency, machine))
 
 
