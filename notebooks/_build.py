@@ -373,6 +373,30 @@ latency.set_index("model")[cols].plot.bar(ax=ax, logy=True, rot=0)
 ax.set_ylabel(f"ms per call ({threads} threads, log)")
 ax.set_title(f"zoo at batch 1, {target.attrs['mcpu']}")
 fig.tight_layout(); fig.savefig(FIGURES / "models_latency.png", dpi=120)'''),
+    new_markdown_cell("""## Where the time goes: a torch model, kernel by kernel
+A model users bring: torchvision's `resnet18` from the real-model suite
+(`tvm_ext.build_suite`, seeded weights; `tvm_ext.from_torch` underneath), compiled with the
+rules, then `tvm_ext.profile`: every call the VM makes, timed through its instrument, against
+the latency measured without it. The chart puts each of the slowest kernels' time per call
+beside its proven floor (`tvm_ext.cost.floor_s`: no schedule of it runs faster here): the
+longer the gap, the more a better schedule can win. This is the rules issue's work list."""),
+    new_code_cell('''from tvm_ext.workloads.suite import build_suite
+net = build_suite("resnet18", size)
+prof = tvm_ext.profile(tvm_ext.compile(net, target), min_seconds=0.5 if QUICK else 2.0)
+print(f"{net.key}: {prof.latency.seconds * 1e3:.2f} ms end to end; the timed calls sum to "
+      f"{100 * prof.timed_s / prof.latency.seconds:.0f} % of it over {prof.runs} runs")
+table = prof.table()
+table.head(12).round(3)'''),
+    new_code_cell('''kern = table[table["kind"] == "kernel"].head(15)
+fig, ax = plt.subplots(figsize=(7.5, 4.5))
+y = list(range(len(kern)))
+ax.barh(y, kern["per_call_us"], label="time per call")
+ax.barh(y, kern["floor_us"], label="proven floor", alpha=0.8)
+ax.set_yticks(y)
+ax.set_yticklabels([f"{n[:40]} ({r})" for n, r in zip(kern["name"], kern["rule"])], fontsize=7)
+ax.invert_yaxis(); ax.set_xscale("log"); ax.set_xlabel("us per call (log)"); ax.legend()
+ax.set_title(f"{net.key}: slowest kernels against their floors, {target.attrs['mcpu']}")
+fig.tight_layout(); fig.savefig(FIGURES / "profile_resnet18.png", dpi=120)'''),
 ]
 
 TUNE_MODEL = [
