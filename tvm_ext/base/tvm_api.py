@@ -363,3 +363,30 @@ def torch_converters() -> set[str]:
     )
 
     return set(ExportedProgramImporter().convert_map)
+
+
+def gathered_params(func) -> set[int]:
+    """Positions of a PrimFunc's parameters whose buffer its blocks read only through
+    data-dependent indices (a read region whose index loads from another buffer: a gather's
+    table, ``table[ids[i], j]``), never at an index computed from the loops alone."""
+    direct, indirect = [], []
+    for block in sblocks(func):
+        for region in block.reads:
+            data_dependent = any(_holds_load(r.min) for r in region.region)
+            (indirect if data_dependent else direct).append(region.source)
+    # TVM 0.27: a tensor parameter is the buffer itself (a Var with a shape)
+    return {
+        i
+        for i, param in enumerate(func.params)
+        if any(v.same_as(param) for v in indirect) and not any(v.same_as(param) for v in direct)
+    }
+
+
+def _holds_load(expr) -> bool:
+    """Whether a TIR expression reads a buffer anywhere inside it."""
+    if isinstance(expr, tvm.ir.TensorLoad):
+        return True
+    parts = [getattr(expr, f, None) for f in ("a", "b", "value", "condition", "true_value",
+                                              "false_value")]  # fmt: skip
+    parts += list(getattr(expr, "args", None) or [])
+    return any(p is not None and not isinstance(p, str) and _holds_load(p) for p in parts)
