@@ -109,14 +109,19 @@ def read_json_lines(path: pathlib.Path) -> list:
     return rows
 
 
-def read_manifest(folder: pathlib.Path) -> dict:
-    path = folder / MANIFEST_FILE
+def read_json(path: pathlib.Path):
+    """The JSON at ``path``; CorruptLog naming the file when it is unreadable or not JSON."""
     try:
-        data = json.loads(path.read_text())
+        return json.loads(path.read_text())
     except OSError as err:
         raise CorruptLog(f"{path} is missing or unreadable: {err}") from err
     except json.JSONDecodeError as err:
         raise CorruptLog(f"{path}, line {err.lineno}: not JSON ({err.msg})") from err
+
+
+def read_manifest(folder: pathlib.Path) -> dict:
+    path = folder / MANIFEST_FILE
+    data = read_json(path)
     if not isinstance(data, dict) or data.get("schema") != MANIFEST_SCHEMA:
         raise CorruptLog(
             f"{path}: manifest schema {data.get('schema') if isinstance(data, dict) else None!r},"

@@ -10,7 +10,7 @@ import pathlib
 
 from tvm_ext.base.errors import CorruptLog
 from tvm_ext.base.files import atomic_write
-from tvm_ext.records.logs import cpu_model, target_key
+from tvm_ext.records.logs import cpu_model, read_json, target_key
 
 MODELS_FOLDER = "models"
 MODEL_MANIFEST_SCHEMA = 1
@@ -44,12 +44,7 @@ def read_model_manifest(path) -> dict:
     """The manifest at ``path``, checked: a :class:`~tvm_ext.base.errors.CorruptLog` naming
     the file when it is unreadable, not JSON, of another schema, or lists no tasks."""
     path = pathlib.Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except OSError as err:
-        raise CorruptLog(f"{path} is missing or unreadable: {err}") from err
-    except json.JSONDecodeError as err:
-        raise CorruptLog(f"{path}, line {err.lineno}: not JSON ({err.msg})") from err
+    data = read_json(path)
     schema = data.get("schema") if isinstance(data, dict) else None
     if schema != MODEL_MANIFEST_SCHEMA:
         raise CorruptLog(
