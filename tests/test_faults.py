@@ -57,10 +57,14 @@ def test_crashing_and_hanging_candidates_are_failed_records(tmp_path, host):
         .splitlines()
     ]
     failed = [r for r in records if run_seconds(r[1][1]) is None]
-    assert len(records) == runs and len(failed) == len(plan)
+    # The log also holds the candidates the cut withheld after their build, committed as
+    # failed builds and never run (how many depends on this CPU's bound and times: 0 on
+    # some, 2 on a Zen 4): the log cannot tell them from a crash.
+    withheld = result.stats["withheld"]
+    assert len(records) == runs + withheld and len(failed) == len(plan) + withheld
     assert result.stats["measured"] == runs - len(plan)
     assert result.stats["failed"] == len(plan)  # partial failure is visible, not an error
     # The dataset keeps the failures apart, without a time.
     rows = dataset(tmp_path / "logs", include_failed=True, cache=False)
-    assert (rows["status"] == "failed").sum() == len(plan)
+    assert (rows["status"] == "failed").sum() == len(plan) + withheld
     assert rows.loc[rows["status"] == "failed", "seconds"].isna().all()
