@@ -20,7 +20,8 @@ import pytest
 import tvm_ext
 from tvm_ext.base import tvm_api
 from tvm_ext.base.errors import InputError, TvmExtError
-from tvm_ext.model_pipeline.boundary import index_checks, safe_indexing
+from tvm_ext.model_pipeline.boundary import index_checks
+from tvm_ext.model_pipeline.index_guard import safe_indexing
 
 HERE = pathlib.Path(__file__).resolve().parent
 relax = tvm_api.relax

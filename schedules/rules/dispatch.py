@@ -107,7 +107,7 @@ def apply(mod, target=None, rules=None) -> Applied:
     target = as_target(target)
     calls = call_counts(mod)
     funcs = {gv: f for gv, f in mod.functions.items() if isinstance(f, tvm_api.PrimFunc)}
-    flops = {gv.name_hint: _flops(f) for gv, f in funcs.items()}
+    flops = {gv.name_hint: tvm_api.estimated_flops(f) or 0 for gv, f in funcs.items()}
     total = sum(flops[n] * calls.get(n, 1) for n in flops) or 1
     out, report = mod, []
     for gv, func in funcs.items():
@@ -123,13 +123,6 @@ def _replace(mod, gv, func):
     new = tvm_api.IRModule(dict(mod.functions.items()), attrs=mod.attrs)
     new[gv] = func
     return new
-
-
-def _flops(func) -> int:
-    try:
-        return int(tvm_api.s_tir.analysis.estimate_tir_flops(tvm_api.IRModule({"main": func})))
-    except (RuntimeError, ValueError, TypeError):  # a function TVM cannot count (symbolic)
-        return 0
 
 
 def call_counts(mod) -> dict[str, int]:

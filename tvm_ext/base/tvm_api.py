@@ -332,10 +332,19 @@ def bindings(func) -> Iterator[tuple[object, object]]:
             yield binding.var, binding.value
 
 
-def rewrite_calls(mod, entry: str, rewrite) -> "tvm.IRModule":
-    """``mod`` with every call of its function ``entry`` that ``rewrite(call)`` answers with
-    an expression replaced by it (calls it answers None for are kept); the result normalized,
-    so a nested expression ``rewrite`` returns is bound to a variable of its own."""
+def estimated_flops(func) -> int | None:
+    """TVM's FLOP estimate of a PrimFunc; None when TVM cannot count it (symbolic extents,
+    opaque calls)."""
+    try:
+        return int(tvm.s_tir.analysis.estimate_tir_flops(tvm.IRModule({"main": func})))
+    except (RuntimeError, ValueError, TypeError):
+        return None
+
+
+def rewrite_calls(mod, rewrite) -> "tvm.IRModule":
+    """``mod`` with every call of its Relax functions that ``rewrite(call)`` answers with an
+    expression replaced by it (calls it answers None for are kept); the result normalized, so
+    a nested expression ``rewrite`` returns is bound to a variable of its own."""
 
     @mutator
     class _Rewrite(PyExprMutator):
@@ -344,8 +353,10 @@ def rewrite_calls(mod, entry: str, rewrite) -> "tvm.IRModule":
             new = rewrite(call)
             return call if new is None else new
 
-    out = mod.shallow_copy() if hasattr(mod, "shallow_copy") else tvm.IRModule(mod.functions)
-    out[entry] = _Rewrite(mod).visit_expr(mod[entry])
+    out = tvm.IRModule(dict(mod.functions.items()), attrs=mod.attrs)
+    for gv, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            out[gv] = _Rewrite(mod).visit_expr(func)
     return relax.transform.Normalize()(out)
 
 

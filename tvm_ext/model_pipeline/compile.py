@@ -23,8 +23,9 @@ import numpy as np
 
 from tvm_ext.base import tvm_api
 from tvm_ext.hardware.target import as_target
-from tvm_ext.model_pipeline.boundary import InputSpec, index_checks, input_vars, safe_indexing
+from tvm_ext.model_pipeline.boundary import InputSpec, index_checks, input_vars
 from tvm_ext.model_pipeline.compiled import Compiled, Reference, Timing
+from tvm_ext.model_pipeline.index_guard import safe_indexing
 from tvm_ext.model_pipeline.relax_fixes import fixed
 from tvm_ext.schedules.rules.dispatch import apply
 from tvm_ext.workloads.model_base import Model
@@ -92,7 +93,7 @@ def compile_untuned(
 def bind_and_lower(source: "ModelSource", target):
     """The source's module with its weights bound as constants, TVM's build bugs worked
     around (:mod:`~tvm_ext.model_pipeline.relax_fixes`) and its index kernels kept inside
-    their tables (:func:`~tvm_ext.model_pipeline.boundary.safe_indexing`), lowered by
+    their tables (:func:`~tvm_ext.model_pipeline.index_guard.safe_indexing`), lowered by
     :func:`lower`: the module whose PrimFuncs the rules schedule and the model tuner tunes."""
     bound = tvm_api.relax.transform.BindParams(source.entry, source.bind_map())(source.mod)
     return lower(safe_indexing(fixed(bound)), target, source.entry)

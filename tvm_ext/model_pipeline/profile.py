@@ -184,7 +184,7 @@ def _rows(compiled: Compiled, runs, latency: Timing, machine) -> tuple[Row, ...]
                 per_run / len(times),
                 per_run,
                 per_run / latency.seconds,
-                _flops(func) if func is not None else None,
+                tvm_api.estimated_flops(func) if func is not None else None,
                 _floor(func, compiled.target, machine) if func is not None else None,
             )
         )
@@ -203,13 +203,6 @@ def _prim_funcs(compiled: Compiled) -> dict:
         for gv, f in compiled.module.functions.items()
         if isinstance(f, tvm_api.PrimFunc)
     }
-
-
-def _flops(func) -> int | None:
-    try:
-        return int(tvm_api.s_tir.analysis.estimate_tir_flops(tvm_api.IRModule({"main": func})))
-    except (RuntimeError, ValueError):  # TVM cannot count it (an opaque call, a while loop)
-        return None
 
 
 def _floor(func, target, machine) -> float | None:

@@ -30,10 +30,7 @@ SCANS = {"relax.cumsum": "cumsum", "relax.cumprod": "cumprod"}
 
 def fixed(mod):
     """``mod`` with every rewrite of this module applied to its Relax functions."""
-    for gv, func in list(mod.functions.items()):
-        if isinstance(func, tvm_api.relax.Function):
-            mod = tvm_api.rewrite_calls(mod, gv.name_hint, _rewritten)
-    return mod
+    return tvm_api.rewrite_calls(mod, _rewritten)
 
 
 def _rewritten(call):

@@ -21,7 +21,7 @@ import numpy as np
 from tvm_ext.base import tvm_api
 from tvm_ext.base.errors import UnsupportedModel
 from tvm_ext.workloads import torch_libraries
-from tvm_ext.workloads.model_base import Model, check_inputs
+from tvm_ext.workloads.model_base import Model, check_inputs, frozen
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -64,10 +64,10 @@ def from_torch(
     mod = tvm_api.torch_importer()(program, keep_params_as_input=True, run_ep_decomposition=False,
                                    unwrap_unit_return_tuple=True)  # fmt: skip
     mod, detached = tvm_api.relax.frontend.detach_params(mod)
-    params = tuple(_frozen(w.numpy()) for w in detached.get("main", []))
+    params = tuple(frozen(w.numpy()) for w in detached.get("main", []))
     described = tvm_api.relax_params(mod["main"])
     param_names = tuple(n for n, _, _ in described[len(described) - len(params) :])
-    inputs = tuple(_frozen(np.array(a.detach().numpy())) for a in args)
+    inputs = tuple(frozen(np.array(a.detach().numpy())) for a in args)
 
     def torch_forward(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         with torch.no_grad():
@@ -94,11 +94,6 @@ def _as_torch(torch, value):
     if isinstance(value, torch.Tensor):
         return value
     return torch.from_numpy(np.ascontiguousarray(value))
-
-
-def _frozen(array: np.ndarray) -> np.ndarray:
-    array.setflags(write=False)
-    return array
 
 
 def _tensor_leaves(torch, out) -> list:

@@ -102,11 +102,11 @@ def make_model(
     mod, named = module.export_tvm(spec)
     weight_rng = np.random.default_rng([seed, 0])
     params = tuple(
-        _frozen(init_weight(n, tuple(int(d) for d in p.shape), weight_rng)) for n, p in named
+        frozen(init_weight(n, tuple(int(d) for d in p.shape), weight_rng)) for n, p in named
     )
     input_rng = np.random.default_rng([seed, 1, batch])
     inputs = tuple(
-        _frozen(input_rng.standard_normal(s).astype(np.float32)) for s in input_shapes.values()
+        frozen(input_rng.standard_normal(s).astype(np.float32)) for s in input_shapes.values()
     )
     return Model(
         name,
@@ -135,7 +135,8 @@ def init_weight(name: str, shape: tuple[int, ...], rng: np.random.Generator) -> 
     return (rng.standard_normal(shape) / math.sqrt(fan_in)).astype(np.float32)
 
 
-def _frozen(array: np.ndarray) -> np.ndarray:
+def frozen(array: np.ndarray) -> np.ndarray:
+    """``array``, made read-only (a model's weights and inputs are)."""
     array.setflags(write=False)
     return array
 
