@@ -26,7 +26,7 @@ from tvm_ext.schedules.common import (
     lanes_for,
     vector_registers,
 )
-from tvm_ext.schedules.rules.fallback import loop_extent, parallel_spatial, work
+from tvm_ext.schedules.rules.fallback import loop_extent, parallel_spatial, static_int, work
 
 from tvm_ext.base import tvm_api
 
@@ -75,7 +75,8 @@ def _schedule(sch, func, target, pad: bool):
         return _schedule(sch, func, target, pad=False)
     mr, nr = tile_sizes(main, axes, target)
     packs, weights = pack_operands(sch, func, main, axes, nr)
-    tile(sch, main, axes, target, epilogue[0] if epilogue else None, (mr, nr))
+    if tile(sch, main, axes, target, epilogue[0] if epilogue else None, (mr, nr)):
+        pads.append(epilogue[0])  # an elementwise loop nest of its own, scheduled as a pad
     for stage in pads + [tvm_api.dlight.analysis.get_sblock_info(sch, b) for b in packs]:
         parallel_spatial(sch, stage, target, vectorize=True, work=work(stage))
     for block in weights:  # run once, at compile time, when the caller folds weights
@@ -85,34 +86,46 @@ def _schedule(sch, func, target, pad: bool):
 
 def pad_vector_axis(sch, block, axes: Axes, target, weights: set[str]) -> bool:
     """Pad the computation's vector axis up to a whole number of vectors when it is not one
-    (ViT's 197 tokens, 1000 classes; a weight axis is left alone: its panels need no pad);
-    returns whether it did.
+    (ViT's 197 tokens, 1000 classes; a weight axis is left alone: its panels need no pad),
+    and its rows to a whole number of row tiles when they are symbolic (a sequence length);
+    returns whether it padded anything.
 
     A tail inside the vectorized loop is a per-lane predicate, and LLVM scalarizes the whole
     tile under it: a 12 x 197 x 197 x 64 batch matmul ran at 3 GFLOP/s, 27x slower than at
-    208 x 208. ``pad_einsum`` computes on zero-padded copies of the operands the axis indexes
-    (a stage of their own, as padding is) and writes the valid part back, so the tile runs
-    without a predicate."""
+    208 x 208. A symbolic row tail is worse: the accumulator tile's extent becomes symbolic,
+    so it is allocated at the output's size instead of in registers (a 197 x 256 x 1024
+    matmul ran 3.5x slower than at a fixed 197). ``pad_einsum`` computes on zero-padded
+    copies of the operands the axes index (a stage of their own, as padding is) and writes
+    the valid part back, so the tile runs without a predicate; a symbolic extent is padded
+    to ``ceil(n / tile) * tile``, a whole number of tiles whatever ``n`` is."""
     lanes = lanes_for(target, 32)
-    extent = int(block.dom()[axes.vector])
-    if extent <= lanes or extent % lanes == 0:
-        return False
+    dom = static_extents(block)
+    extent = dom[axes.vector]
     vector = block.iters[axes.vector].var.name
     stmt = sch.get(block.block_rv)
-    for read in stmt.reads:
-        if read.source.name in weights and any(vector in _vars_of(d.min) for d in read.region):
-            return False
+    along_weight = any(
+        read.source.name in weights and any(vector in _vars_of(d.min) for d in read.region)
+        for read in stmt.reads
+    )
     padding = [1] * len(block.iters)
-    padding[axes.vector] = lanes
-    dom = [int(d) for d in block.dom()]
+    if extent is None and not along_weight:
+        padding[axes.vector] = 2 * lanes  # the panel tile_sizes takes for a symbolic axis
+    elif extent is not None and extent > lanes and extent % lanes and not along_weight:
+        padding[axes.vector] = lanes
+    row = dom[axes.row] if axes.row is not None else 0
+    if padding[axes.vector] == 1 and row is not None:
+        return False  # nothing symbolic, every vector whole: no pad
     if axes.row is not None:
-        # The rows too, to a whole number of row tiles: a row tail's predicate beside the
-        # padded lanes' (the write-back's masked store) wrote outside the output (TVM 0.27).
-        dom[axes.vector] = -(-extent // lanes) * lanes
-        nr = _tile_size(dom[axes.vector], 2 * lanes, lanes)
-        fit = _row_fit(nr, max(nr // lanes, 1), target)
-        if dom[axes.row] > fit:
-            padding[axes.row] = fit
+        # The rows too, to a whole number of row tiles (the tile tile_sizes will take): a row
+        # tail's predicate beside the padded lanes' (the write-back's masked store) wrote
+        # outside the output (TVM 0.27).
+        step = padding[axes.vector]
+        padded = list(dom)
+        padded[axes.vector] = None if extent is None else -(-extent // step) * step
+        padded[axes.row] = None  # as many rows as fit
+        mr, _ = _sizes(padded, axes, target)
+        if row is None or row > mr:
+            padding[axes.row] = mr
     sch.pad_einsum(block.block_rv, padding)
     return True
 
@@ -139,9 +152,9 @@ def pack_operands(sch, func, block, axes: Axes, nr: int):
         if len(at) != 1 or len(dims[at[0]]) != 1:
             continue
         weight = read.source.name in free_names
-        extent = int(read.source.shape[at[0]])
+        extent = static_int(read.source.shape[at[0]])
         dtype = str(read.source.shape[at[0]].ty)  # the index maps' (int32 or int64)
-        if weight and extent % nr == 0:
+        if weight and extent is not None and extent % nr == 0:
             copy = sch.cache_read(block.block_rv, index, "global")
             sch.transform_layout(copy, ("write", 0), _panels(len(dims), at[0], nr, dtype))
             weights.append(copy)
@@ -165,6 +178,15 @@ def _panels(ndim: int, at: int, nr: int, dtype: str):
 
 def _is_float_accumulator(sch, block) -> bool:
     return str(sch.get(block.block_rv).writes[0].source.dtype).startswith("float")
+
+
+# A symbolic extent ranks above every static one when the longest axis is chosen.
+_SYMBOLIC = 1 << 62
+
+
+def static_extents(block) -> list[int | None]:
+    """The block's iterator extents, None where an extent is symbolic (a sequence length)."""
+    return [static_int(d) for d in block.dom()]
 
 
 def _vars_of(expr) -> set:
@@ -206,7 +228,7 @@ def find_axes(sch, block, weights: set[str] = frozenset(), lanes: int = 1) -> Ax
     vector = names.index(last.name)
     if vector not in spatial:
         return None
-    extents = [int(d) for d in block.dom()]
+    extents = static_extents(block)
     along = _weight_axis(stmt, names, spatial, weights, lanes, extents)
     if along is not None and not _indexes_weight(stmt, last.name, weights):
         vector, preferred = along, names.index(last.name)
@@ -219,7 +241,12 @@ def find_axes(sch, block, weights: set[str] = frozenset(), lanes: int = 1) -> Ax
     if preferred in rows:
         row = preferred
     else:
-        row = max(rows, key=lambda i: extents[i]) if rows else None
+        # The longest row axis; a symbolic one (a sequence length) counts as the longest.
+        row = (
+            max(rows, key=lambda i: _SYMBOLIC if extents[i] is None else extents[i])
+            if rows
+            else None
+        )
     return Axes(spatial, reduction, vector, row)
 
 
@@ -243,16 +270,19 @@ def _weight_axis(stmt, names, spatial, weights, lanes, extents) -> int | None:
                  for d in r.region)
     )  # fmt: skip
     for i in spatial:
-        if extents[i] % lanes or names[i] in others:
+        if extents[i] is None or extents[i] % lanes or names[i] in others:
             continue
         if _indexes_weight(stmt, names[i], weights):
             return i
     return None
 
 
-def _tile_size(extent: int, limit: int, step: int = 1) -> int:
+def _tile_size(extent: int | None, limit: int, step: int = 1) -> int:
     """``extent`` when it is within ``limit``; else the largest multiple of ``step`` in
-    [limit / 2, limit] dividing ``extent``; else ``limit`` (a tail runs under a predicate)."""
+    [limit / 2, limit] dividing ``extent``; else ``limit`` (a tail runs under a predicate;
+    so does a symbolic ``extent``'s, None)."""
+    if extent is None:
+        return limit
     if extent <= limit:
         return extent
     for size in range(limit // step * step, max(limit // 2, step) - 1, -step):
@@ -270,12 +300,16 @@ def tile_sizes(block, axes: Axes, target) -> tuple[int, int]:
     Three vectors only when they divide the axis, and with 32 vector registers (on AVX2's
     16 a 4 x 24 tile would use all of them): BERT's M = 128 rows leave a two-vector tile 4
     rows (the seven that fit do not divide 128), 8 accumulators; 4 x 48 has 12."""
+    return _sizes(static_extents(block), axes, target)
+
+
+def _sizes(dom: list, axes: Axes, target) -> tuple[int, int]:
+    """tile_sizes for the iterator extents ``dom`` (None where symbolic)."""
     lanes = lanes_for(target, 32)
-    dom = [int(d) for d in block.dom()]
     n = dom[axes.vector]
-    nr = _tile_size(n, 2 * lanes, lanes) if n >= lanes else n
+    nr = _tile_size(n, 2 * lanes, lanes) if n is None or n >= lanes else n
     mr = _rows(dom, axes, nr, max(nr // lanes, 1), target)
-    if n % (3 * lanes) == 0 and vector_registers(target) >= 32:
+    if n is not None and n % (3 * lanes) == 0 and vector_registers(target) >= 32:
         mr3 = _rows(dom, axes, 3 * lanes, 3, target)
         if 3 * mr3 > mr * max(nr // lanes, 1):
             return mr3, 3 * lanes
@@ -294,8 +328,10 @@ def _row_fit(nr: int, vectors: int, target) -> int:
     return min(fit, (STACK_TILE_BYTES - 1) // (4 * nr))
 
 
-def tile(sch, block, axes: Axes, target, epilogue, sizes: tuple[int, int]) -> None:
-    """The register-blocked loop nest (see the module docstring)."""
+def tile(sch, block, axes: Axes, target, epilogue, sizes: tuple[int, int]) -> bool:
+    """The register-blocked loop nest (see the module docstring); returns whether the
+    epilogue stays a loop nest of its own (see :func:`_both_guarded`), for the caller to
+    schedule."""
     mr, nr = sizes
     loops = [it.loop_rv for it in block.iters]
     v_outer, v_inner = sch.split(loops[axes.vector], [None, nr])
@@ -313,7 +349,8 @@ def tile(sch, block, axes: Axes, target, epilogue, sizes: tuple[int, int]) -> No
     acc = sch.cache_write(block.block_rv, 0, ACC_SCOPE)
     _vector_innermost(sch, block, axes)
     sch.reverse_compute_at(acc, outer[-1])
-    if epilogue is not None:
+    separate = epilogue is not None and _both_guarded(sch, block, epilogue, axes, nr)
+    if epilogue is not None and not separate:
         sch.reverse_compute_inline(epilogue.block_rv)
     sch.vectorize(sch.get_loops(acc)[-1])
     if len(inner) == 2:
@@ -331,6 +368,25 @@ def tile(sch, block, axes: Axes, target, epilogue, sizes: tuple[int, int]) -> No
         _parallel(sch, outer)  # before the init is split off: a loop over it must be complete
     init = sch.decompose_reduction(block.block_rv, reductions[0])
     sch.vectorize(sch.get_loops(init)[-1])
+    return separate
+
+
+def _both_guarded(sch, block, epilogue, axes: Axes, nr: int) -> bool:
+    """Whether inlining the epilogue into the tile's write-back would need two guards: the
+    epilogue is a padded computation's write-back (fewer rows than the padded tile covers)
+    and the vector axis ends in a partial panel. TVM 0.27 keeps only one predicate on such a
+    block (the epilogue's when it is inlined after ``reverse_compute_at``, the tile's when
+    before): a 172-wide output in 32-wide panels, its symbolic rows padded to 7, wrote 20
+    columns past each row, or whole padded rows past the output. The epilogue then stays a
+    loop of its own (one more pass over the output, 1/K of the contraction's work)."""
+    vector = static_extents(block)[axes.vector]
+    if vector is not None and vector % nr == 0:
+        return False
+    main = [it.dom for it in block.iters if it.kind == "S"]
+    rest = [it.dom for it in epilogue.iters]
+    return len(main) != len(rest) or not all(
+        tvm_api.same_structure(a, b) for a, b in zip(main, rest)
+    )
 
 
 def _vector_innermost(sch, block, axes: Axes) -> None:

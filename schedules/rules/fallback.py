@@ -44,16 +44,24 @@ def static_int(value) -> int | None:
 def parallel_spatial(sch, block, target, vectorize: bool, work: int = PARALLEL_MIN_WORK) -> None:
     """Fuse ``block``'s (a dlight ``SBlockInfo``) leading spatial loops and run them in
     parallel; with ``vectorize``, split the innermost loop of an all-spatial nest by the
-    target's lanes and vectorize it. Below ``PARALLEL_MIN_WORK`` the loop stays serial."""
+    target's lanes and vectorize it. Below ``PARALLEL_MIN_WORK`` the loop stays serial.
+
+    A symbolic innermost extent (a sequence length) stays a loop of its own, outside the
+    fused one: fused, every element would pay integer divisions by the symbolic extent to
+    recover its indices, and split by the lanes its tail would be a per-lane predicate; a
+    plain loop LLVM vectorizes with a scalar remainder."""
     kinds, loops = block.dom_kind(), block.get_loops()
     lead = len(kinds) - len(kinds.lstrip("S"))
     if lead == 0:
         return
     inner = None
     lanes = lanes_for(target, 32)
-    if vectorize and lead == len(loops) and (loop_extent(sch, loops[-1]) or 0) >= lanes:
+    last_extent = loop_extent(sch, loops[-1])
+    if vectorize and lead == len(loops) and (last_extent or 0) >= lanes:
         last, inner = sch.split(loops[-1], [None, lanes])
         loops = [*loops[:-1], last]
+    elif lead == len(loops) and lead > 1 and last_extent is None:
+        lead -= 1
     outer = sch.fuse(*loops[:lead]) if lead > 1 else loops[0]
     if (loop_extent(sch, outer) or 2) > 1 and work >= PARALLEL_MIN_WORK:
         sch.parallel(outer)
