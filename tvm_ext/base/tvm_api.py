@@ -279,17 +279,76 @@ def no_notebook_tables() -> Iterator[None]:
             tvm_ffi.register_global_func(name, original, override=True)
 
 
-def relax_params(func) -> list[tuple[str, tuple[int | None, ...], str]]:
-    """(name, shape, dtype) of each parameter of a Relax function, a symbolic dimension as
-    None (TVM 0.27: a parameter's type is ``var.ty``, formerly ``struct_info``)."""
+def relax_params(func) -> list[tuple[str, tuple[int | str | None, ...], str]]:
+    """(name, shape, dtype) of each parameter of a Relax function (TVM 0.27: a parameter's
+    type is ``var.ty``, formerly ``struct_info``). A symbolic dimension is its variable's name
+    (``"seq"``: two inputs that name one variable take one length), or None when it is an
+    expression of variables."""
     out = []
     for var in func.params:
         ty = var.ty
         shape = getattr(ty, "shape", None)
         values = getattr(shape, "values", None) or ()
-        dims = tuple(int(d) if isinstance(d, tvm.tirx.IntImm) else None for d in values)
+        dims = tuple(_dim(d) for d in values)
         out.append((str(var.name), dims, str(getattr(ty, "dtype", ""))))
     return out
+
+
+def _dim(value) -> int | str | None:
+    if isinstance(value, tvm.tirx.IntImm):
+        return int(value.value)
+    return str(value.name) if isinstance(value, tvm.tirx.Var) else None
+
+
+def relax_entry(mod) -> str:
+    """The Relax function of ``mod`` a model runs: ``forward`` (``relax.frontend.nn``),
+    ``main`` (the importers) or the only one; ValueError when none of these tells."""
+    names = [gv.name_hint for gv, f in mod.functions.items() if not isinstance(f, PrimFunc)]
+    for name in ("forward", "main"):
+        if name in names:
+            return name
+    if len(names) != 1:
+        raise ValueError(f"cannot tell the entry function among {names}; name it 'forward'")
+    return names[0]
+
+
+def symbolic_bounds(func) -> dict[str, tuple[int | None, int | None]]:
+    """The bounds a Relax function declares for its symbolic dimensions (``tir_var_lower_bound``
+    and ``tir_var_upper_bound``, which ``from_exported_program`` writes from torch's ``Dim``):
+    {name: (lowest, highest)}, either None where undeclared."""
+    attrs = func.attrs or {}
+    low = {str(k): int(v) for k, v in (attrs.get("tir_var_lower_bound") or {}).items()}
+    high = {str(k): int(v) for k, v in (attrs.get("tir_var_upper_bound") or {}).items()}
+    return {name: (low.get(name), high.get(name)) for name in sorted(set(low) | set(high))}
+
+
+def bounded_analyzer(mod):
+    """TVM's arithmetic analyzer with every symbolic dimension of ``mod``'s Relax functions
+    bound to the range the function declares for it (``tir_var_lower_bound`` /
+    ``tir_var_upper_bound``): ``simplify(T.min(seq, 512))`` is ``seq`` when ``seq <= 128``."""
+    analyzer = tvm.sym.Analyzer()
+    for func in mod.functions.values():
+        bounds = {} if isinstance(func, PrimFunc) else symbolic_bounds(func)
+        found = [*relax.analysis.defined_symbolic_vars(func)] if bounds else []
+        found += relax.analysis.free_symbolic_vars(func) if bounds else []
+        for var in found:
+            low, high = bounds.get(str(var.name), (None, None))
+            if low is not None and high is not None:
+                analyzer.bind(var, tvm.ir.Range(low, high + 1))
+    return analyzer
+
+
+def shape_values(expr) -> list | None:
+    """The dimensions of a Relax tensor expression as TIR expressions (symbolic ones kept);
+    None when it is no tensor or its shape is unknown."""
+    values = getattr(getattr(getattr(expr, "ty", None), "shape", None), "values", None)
+    return None if values is None else list(values)
+
+
+def tuple_values(expr) -> list:
+    """The elements of a Relax tuple of integers (``strided_slice``'s axes, begins, ends) as
+    TIR expressions."""
+    return [getattr(f, "value", f) for f in getattr(expr, "fields", ())]
 
 
 def same_structure(a, b) -> bool:

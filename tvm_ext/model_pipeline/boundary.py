@@ -19,10 +19,13 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from tvm_ext.base import tvm_api
+from tvm_ext.base.checks import Bounds, bind_symbolic
 from tvm_ext.base.errors import InputError
 from tvm_ext.model_pipeline.index_guard import IndexUse, axis_extent, index_expr, index_uses
 
-InputSpec = tuple[tuple["int | None", ...], str]  # None: a symbolic dimension
+# A dimension is an int, a symbolic dimension's name (one length for every input that names
+# it) or None (a symbolic expression).
+InputSpec = tuple[tuple["int | str | None", ...], str]
 
 # Ops whose output holds the values of their first argument (rearranged or repeated): an input
 # that reaches an index through them is checked on its own values.
@@ -144,16 +147,19 @@ def check_inputs(
     specs: Sequence[InputSpec],
     checks: Sequence[IndexCheck],
     inputs: Sequence,
+    bounds: Bounds | None = None,
 ) -> list[np.ndarray]:
     """``inputs`` as the contiguous, native-order numpy arrays the model takes, after the
     checks of one call: their number, each one's kind, rank, shape and dtype against
-    ``specs``, and the values of each input that indexes a table. Raises InputError, one
+    ``specs`` (a symbolic dimension takes one length in every input that names it, within its
+    ``bounds``), and the values of each input that indexes a table. Raises InputError, one
     message per kind of fault; NaN and infinite floats are data and pass."""
     names = list(names) or [f"#{i}" for i in range(len(specs))]
     if len(inputs) != len(specs):
         wanted = ", ".join(f"{n}: {_spec(s)}" for n, s in zip(names, specs))
         raise InputError(f"{model} takes {len(specs)} inputs ({wanted}), got {len(inputs)}")
     arrays = [_array(model, name, a, spec) for name, a, spec in zip(names, inputs, specs)]
+    bind_symbolic(model, names, [dims for dims, _ in specs], [a.shape for a in arrays], bounds)
     for check in checks:
         check.check(arrays[check.input], model)
     return arrays
@@ -164,7 +170,7 @@ def _spec(spec: InputSpec) -> str:
 
 
 def _shape(dims) -> str:
-    """A shape as Python prints a tuple, a symbolic dimension as '?'."""
+    """A shape as Python prints a tuple, a symbolic dimension as its name (or '?')."""
     text = ", ".join("?" if d is None else str(d) for d in dims)
     return f"({text},)" if len(dims) == 1 else f"({text})"
 
@@ -190,7 +196,7 @@ def _array(model: str, name: str, value, spec: InputSpec) -> np.ndarray:
             f"(shape {array.shape})",
             input=name,
         )
-    if any(d is not None and d != g for d, g in zip(dims, array.shape)):
+    if any(isinstance(d, int) and d != g for d, g in zip(dims, array.shape)):
         raise InputError(f"{where} takes shape {_shape(dims)}, got {array.shape}", input=name)
     if str(got.newbyteorder("=")) != dtype:
         wanted = np.dtype(dtype) if dtype != "bfloat16" else None

@@ -168,6 +168,7 @@ def build_compiled(source, path, target, mod, weights, applied, start) -> Compil
         input_names=tuple(str(v.name) for v in source.input_vars),
         index_checks=index_checks(source.mod[source.entry], source.input_vars),
         module=mod,
+        bounds=tvm_api.symbolic_bounds(source.mod[source.entry]),
     )
     if checkable:
         errors = compiled.check()
@@ -207,7 +208,7 @@ class ModelSource:
 
     @staticmethod
     def from_module(mod, params, reference, inputs, name, flops) -> "ModelSource":
-        entry = _entry(mod)
+        entry = tvm_api.relax_entry(mod)
         if params is None:  # from_exported_program(keep_params_as_input=True) keeps them here
             mod, detached = tvm_api.relax.frontend.detach_params(mod)
             params = [w.numpy() for w in detached.get(entry, [])]
@@ -249,17 +250,6 @@ class ModelSource:
             v: tvm_api.tensor(np.ascontiguousarray(w), dev)
             for v, w in zip(self.weight_vars, self.weights)
         }
-
-
-def _entry(mod) -> str:
-    """The Relax function to compile: ``forward`` (nn), ``main`` (frontends) or the only one."""
-    names = [gv.name_hint for gv, f in mod.functions.items() if not isinstance(f, tvm_api.PrimFunc)]
-    for name in ("forward", "main"):
-        if name in names:
-            return name
-    if len(names) != 1:
-        raise ValueError(f"cannot tell the entry function among {names}; name it 'forward'")
-    return names[0]
 
 
 def cpu_target(target):

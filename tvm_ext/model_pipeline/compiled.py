@@ -14,6 +14,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from tvm_ext.base import tvm_api
+from tvm_ext.base.checks import Bounds
 from tvm_ext.base.host_threads import reference_threads, settle
 from tvm_ext.hardware.target import target_cores
 from tvm_ext.measurement.measure import check_parity
@@ -72,6 +73,8 @@ class Compiled:
     input_names: tuple[str, ...] = ()
     index_checks: tuple[IndexCheck, ...] = ()
     module: object = None  # the IRModule built (its PrimFuncs are what the VM calls)
+    # {symbolic dimension: (lowest, highest)} the model declares (None where it does not)
+    bounds: Bounds = dataclasses.field(default_factory=dict)
 
     @property
     def threads(self) -> int:
@@ -93,7 +96,7 @@ class Compiled:
                 f"{self.name}: no reference to check parity against; pass reference= to compile"
             )
         inputs = check_inputs(  # before the reference sees them
-            self.name, self.input_names, self.input_specs, self.index_checks, inputs
+            self.name, self.input_names, self.input_specs, self.index_checks, inputs, self.bounds
         )
         with reference_threads():  # no BLAS worker left spinning beside a timing
             expected = self.reference(inputs)
@@ -131,7 +134,7 @@ class Compiled:
         boundary and placed on the device, then the weights passed at each call (if any)."""
         inputs = self._inputs_or_default(inputs)
         arrays = check_inputs(
-            self.name, self.input_names, self.input_specs, self.index_checks, inputs
+            self.name, self.input_names, self.input_specs, self.index_checks, inputs, self.bounds
         )
         dev = tvm_api.cpu(0)
         return [tvm_api.tensor(a, dev) for a in arrays] + list(self.weights)

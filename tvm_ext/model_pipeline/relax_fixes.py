@@ -9,6 +9,20 @@
   of GPT-2 and Llama hold) adds ``i1`` values, which the code generator refuses
   (``CreateAdd ... MatchesCode(kDLFloat)``, at ``relax.build``). It is computed in ``int32``
   and cast to the type the call had.
+- **A slice along a negative axis with a symbolic end** (``x[..., :seq]``, which GPT-2's and
+  Llama's masks hold) fails in ``LegalizeOps``: TOPI's dynamic ``strided_slice`` does not
+  normalize the axis (``Check failed: axis < src_tensor_dim (-1 vs. 2)``). The axis is
+  written as its non-negative position.
+- **A slice with a symbolic end** (``mask[:, :seq]``) is lowered by TOPI with an extent that
+  guards a negative end (``T.if_then_else(seq < 0, ...)``), and ``FuseOps`` fails on that
+  shape (``Cannot find the FInferType attribute registered to op: prim.if_then_else``). A slice
+  the declared bounds prove in range is marked ``assume_inbound``, whose extent is ``end -
+  begin``.
+- **A shape only the declared bounds simplify** (``from_exported_program`` slices BERT's
+  position ids to ``T.min(seq, 512)`` while ``seq <= 128``): Relax's shape inference ignores
+  the function's ``tir_var_upper_bound``, so the ``add`` of that and a ``(1, seq, 64)`` tensor
+  has no known shape and ``LegalizeOps`` refuses it. Such a call is reshaped to the shape the
+  bounds give (a view the VM makes at no cost).
 """
 
 from __future__ import annotations
@@ -30,12 +44,63 @@ SCANS = {"relax.cumsum": "cumsum", "relax.cumprod": "cumprod"}
 
 def fixed(mod):
     """``mod`` with every rewrite of this module applied to its Relax functions."""
-    return tvm_api.rewrite_calls(mod, _rewritten)
+    mod = tvm_api.rewrite_calls(mod, _rewritten)
+    analyzer = tvm_api.bounded_analyzer(mod)
+    return tvm_api.rewrite_calls(mod, lambda call: _within_bounds(call, analyzer))
 
 
 def _rewritten(call):
-    return _bool_comparison_as_int8(call) if tvm_api.call_name(call) in COMPARISONS else (
-        _bool_scan_as_int32(call))  # fmt: skip
+    name = tvm_api.call_name(call)
+    if name in COMPARISONS:
+        return _bool_comparison_as_int8(call)
+    if name == "relax.strided_slice":
+        return _slice_axes_nonnegative(call)
+    return _bool_scan_as_int32(call)
+
+
+def _slice_axes_nonnegative(call):
+    data, axes = call.args[0], call.args[1]
+    rank = len(tvm_api.tensor_dims(data) or ())
+    values = [int(getattr(a, "value", a)) for a in getattr(axes, "fields", ())]
+    if not rank or all(a >= 0 for a in values):
+        return None
+    positive = tuple(a % rank for a in values)
+    inbound = bool(call.attrs.assume_inbound)
+    return tvm_api.relax.op.strided_slice(data, positive, *call.args[2:], assume_inbound=inbound)
+
+
+def _within_bounds(call, analyzer):
+    """The rewrites that need the declared bounds of the symbolic dimensions (see above)."""
+    if tvm_api.call_name(call) == "relax.strided_slice" and not call.attrs.assume_inbound:
+        if _slice_in_range(call, analyzer):
+            return tvm_api.relax.op.strided_slice(*call.args, assume_inbound=True)
+    values = tvm_api.shape_values(call)
+    if not values or all(isinstance(v, (tvm_api.tirx.IntImm, tvm_api.tirx.Var)) for v in values):
+        return None
+    simple = [analyzer.simplify(v) for v in values]
+    if all(tvm_api.same_structure(a, b) for a, b in zip(values, simple)):
+        return None
+    return tvm_api.relax.op.reshape(call, simple)
+
+
+def _slice_in_range(call, analyzer) -> bool:
+    """Whether a ``strided_slice`` with a symbolic begin or end provably slices inside its
+    input (``0 <= begin <= end <= extent``, positive strides) under the declared bounds."""
+    dims = tvm_api.shape_values(call.args[0])
+    axes, begins, ends = (tvm_api.tuple_values(a) for a in call.args[1:4])
+    strides = tvm_api.tuple_values(call.args[4]) if len(call.args) > 4 else [1] * len(axes)
+    symbolic = not all(isinstance(v, tvm_api.tirx.IntImm) for v in begins + ends)
+    if dims is None or not symbolic:
+        return False
+    for axis, begin, end, stride in zip(axes, begins, ends, strides):
+        extent = dims[int(axis) % len(dims)]
+        if not (isinstance(stride, int) or isinstance(stride, tvm_api.tirx.IntImm)):
+            return False
+        checks = (int(stride) > 0, analyzer.can_prove(begin >= 0),
+                  analyzer.can_prove(begin <= end), analyzer.can_prove(end <= extent))  # fmt: skip
+        if not all(bool(c) for c in checks):
+            return False
+    return True
 
 
 def _bool_scan_as_int32(call):

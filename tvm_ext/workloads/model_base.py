@@ -16,6 +16,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from tvm_ext.base import tvm_api
+from tvm_ext.base.checks import bind_symbolic
 
 ENTRY = "forward"
 SIZES = ("full", "small")
@@ -50,9 +51,23 @@ class Model:
         return dict(zip(self.param_names, self.params))
 
     @property
-    def input_specs(self) -> tuple[tuple[tuple[int, ...], str], ...]:
-        """(shape, dtype) of each input, in order."""
-        return tuple((tuple(a.shape), str(a.dtype)) for a in self.inputs)
+    def input_specs(self) -> tuple[tuple[tuple[int | str | None, ...], str], ...]:
+        """(shape, dtype) of each input, in order, as the module declares it: a symbolic
+        dimension is its variable's name (None for an expression), other dimensions those of
+        the model's own inputs."""
+        declared = tvm_api.relax_params(self.mod[tvm_api.relax_entry(self.mod)])
+        specs = []
+        for array, (_, dims, _) in zip(self.inputs, declared):
+            if len(dims) != array.ndim:  # not the module's own parameter: the array decides
+                dims = array.shape
+            shape = tuple(d if not isinstance(d, int) else n for d, n in zip(dims, array.shape))
+            specs.append((shape, str(array.dtype)))
+        return tuple(specs)
+
+    @property
+    def bounds(self) -> dict:
+        """{symbolic dimension: (lowest, highest)} the module declares (None where not)."""
+        return tvm_api.symbolic_bounds(self.mod[tvm_api.relax_entry(self.mod)])
 
     @property
     def key(self) -> str:
@@ -69,10 +84,21 @@ class Model:
 
 
 def check_inputs(model: Model, inputs: Sequence[np.ndarray]) -> None:
-    """Raise ValueError, showing both, when ``inputs`` do not match the model's inputs."""
+    """Raise ValueError, showing both, when ``inputs`` do not match the model's inputs: their
+    number, ranks, dtypes and fixed dimensions; a symbolic dimension takes any length within
+    its bounds, the same in every input that names it (InputError, a ValueError, otherwise)."""
+    specs = model.input_specs
     got = tuple((tuple(np.shape(a)), str(np.asarray(a).dtype)) for a in inputs)
-    if got != model.input_specs:
-        raise ValueError(f"{model.key} takes inputs {list(model.input_specs)}, got {list(got)}")
+    fits = len(got) == len(specs) and all(
+        dtype == want_dtype
+        and len(shape) == len(dims)
+        and all(not isinstance(d, int) or d == n for d, n in zip(dims, shape))
+        for (shape, dtype), (dims, want_dtype) in zip(got, specs)
+    )
+    if not fits:
+        raise ValueError(f"{model.key} takes inputs {list(specs)}, got {list(got)}")
+    names = [f"#{i}" for i in range(len(specs))]
+    bind_symbolic(model.key, names, [d for d, _ in specs], [s for s, _ in got], model.bounds)
 
 
 def check_size(size: str, batch: int) -> None:

@@ -22,6 +22,11 @@ the library leaves at zero (ViT's classification head) drawn small and every Bat
 running statistics drawn away from (0, 1), so no layer is an identity and parity tests the
 whole graph. The language models run without a KV cache (``use_cache=False``), eager
 attention, and return their last hidden state; ids are drawn from the vocabulary.
+
+A language model takes ``seq=`` (the example's length, default the table's) and
+``max_seq=``: the sequence length is then a symbolic dimension (``torch.export``'s
+``Dim("seq", min=2, max=max_seq)``), and one compiled executable serves every length in
+that range.
 """
 
 from __future__ import annotations
@@ -32,8 +37,11 @@ from tvm_ext.workloads import torch_libraries
 from tvm_ext.workloads.from_torch import TorchModel, from_torch
 from tvm_ext.workloads.model_base import SIZES
 
-# name -> (library, builder(size) -> (torch module, example inputs))
-Builder = Callable[[str], tuple]
+DEFAULT_SEQ = {"full": 128, "small": 16}  # the language models' example length
+
+# name -> (library, builder(size, seq) -> (torch module, example inputs)); seq is None for the
+# default length, and only the language models take one
+Builder = Callable[[str, "int | None"], tuple]
 
 
 def _image(size: str, full: int = 224, small: int = 32):
@@ -43,7 +51,7 @@ def _image(size: str, full: int = 224, small: int = 32):
 
 
 def _torchvision_model(arch: str) -> Builder:
-    def build(size: str):
+    def build(size: str, seq: int | None = None):
         models = torch_libraries.torchvision().models
         if arch == "vit_b_16" and size == "small":
             module = models.VisionTransformer(image_size=32, patch_size=16, num_layers=2,
@@ -71,11 +79,11 @@ def _last_hidden(model):
 
 
 def _language_model(kind: str) -> Builder:
-    def build(size: str):
+    def build(size: str, seq: int | None = None):
         tr = torch_libraries.transformers()
         torch = torch_libraries.torch()
         full = size == "full"
-        seq = 128 if full else 16
+        seq = seq or DEFAULT_SEQ[size]
         layers, hidden, heads = (12, 768, 12) if full else (2, 64, 4)
         common = {"attn_implementation": "eager"}
         if kind == "bert":
@@ -111,18 +119,38 @@ SUITE: dict[str, tuple[str, Builder]] = {
 }
 
 
-def build_suite(name: str, size: str = "full", seed: int = 0) -> TorchModel:
-    """The suite model ``name`` at ``size``, its weights from ``seed``; ValueError naming the
-    suite when there is none."""
+def build_suite(
+    name: str,
+    size: str = "full",
+    seed: int = 0,
+    *,
+    seq: int | None = None,
+    max_seq: int | None = None,
+) -> TorchModel:
+    """The suite model ``name`` at ``size``, its weights from ``seed``; a language model at
+    ``seq`` tokens, symbolic in its length up to ``max_seq`` when given (see the module's
+    docstring). ValueError naming the suite when there is no such model, or when ``seq`` or
+    ``max_seq`` is given for an image model or out of range."""
     if name not in SUITE:
         raise ValueError(f"no model {name!r} in the suite; it has {sorted(SUITE)}")
     if size not in SIZES:
         raise ValueError(f"{size=} must be one of {SIZES}")
+    library, builder = SUITE[name]
+    if (seq or max_seq) and library != "transformers":
+        languages = sorted(k for k, v in SUITE.items() if v[0] == "transformers")
+        raise ValueError(f"{name} takes no sequence length (seq=, max_seq= are for {languages})")
+    if max_seq is not None and seq is None:
+        seq = min(DEFAULT_SEQ[size], max_seq)
+    if (seq is not None and seq < 2) or (max_seq is not None and max_seq < max(seq or 2, 2)):
+        raise ValueError(f"need 2 <= seq <= max_seq, got {seq=}, {max_seq=}")
     torch = torch_libraries.torch()
     torch.manual_seed(seed)
-    module, inputs = SUITE[name][1](size)
+    module, inputs = builder(size, seq)
     _no_identities(torch, module, seed)
-    return from_torch(module, inputs, name=name, size=size, seed=seed)
+    dynamic = None
+    if max_seq is not None:
+        dynamic = {"input_ids": {1: torch.export.Dim("seq", min=2, max=max_seq)}}
+    return from_torch(module, inputs, name=name, size=size, seed=seed, dynamic_shapes=dynamic)
 
 
 def _no_identities(torch, module, seed: int) -> None:
