@@ -50,3 +50,64 @@ def _torch_capability(torch) -> str:
         return str(torch.backends.cpu.get_cpu_capability())
     except AttributeError:  # older torch
         return "unknown"
+
+
+def onnx_export(module, inputs, path: str, dynamic_axes=None) -> str:
+    """Export ``module`` on ``inputs`` (torch tensors) to ONNX at ``path``: the TorchScript
+    exporter first (what onnxruntime's own tutorials use), with torch's fused attention fast
+    path off (ViT's _native_multi_head_attention has no ONNX form); the torch.export-based
+    exporter when it refuses an operator (transformers' masks: aten::diff). ``dynamic_axes``:
+    {input name: {axis: name}} for axes the graph keeps symbolic."""
+    import torch  # lazy: the [bench] extra
+
+    fastpath = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    names = list(dynamic_axes) if dynamic_axes else None
+    try:
+        with torch.no_grad():
+            try:
+                torch.onnx.export(module, tuple(inputs), path, dynamo=False, opset_version=17,
+                                  input_names=names, dynamic_axes=dynamic_axes)  # fmt: skip
+            except torch.onnx.errors.UnsupportedOperatorError:
+                shapes = None
+                if dynamic_axes:
+                    shapes = {
+                        k: {a: torch.export.Dim.AUTO for a in v} for k, v in dynamic_axes.items()
+                    }
+                torch.onnx.export(module, tuple(inputs), path, dynamo=True, opset_version=18,
+                                  dynamic_shapes=shapes or None)  # fmt: skip
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fastpath)
+    return path
+
+
+def onnxruntime_session(path: str, cores: int):
+    """An onnxruntime CPU session on ``path``, all graph optimizations, ``cores`` threads."""
+    import onnxruntime as ort  # lazy: the [bench] extra
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = cores
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+
+
+def onnxruntime_call(model, module, inputs, cores: int, folder):
+    """A no-argument call running ``model``'s torch module in onnxruntime on its inputs."""
+    import numpy as np
+
+    path = onnx_export(module, inputs, f"{folder}/{model.name}.onnx")
+    session = onnxruntime_session(path, cores)
+    feeds = {i.name: np.asarray(a) for i, a in zip(session.get_inputs(), model.inputs)}
+    return lambda: session.run(None, feeds)[0]
+
+
+def as_numpy(out):
+    """A contender's output (a torch tensor, a list, a TVM tensor) as one numpy array."""
+    import numpy as np
+
+    if hasattr(out, "numpy"):
+        out = out.numpy()
+    elif isinstance(out, (list, tuple)):
+        out = as_numpy(out[0])
+    return np.asarray(out)

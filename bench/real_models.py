@@ -31,7 +31,14 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-from _common import blas_report, cpu_name, time_callable, write_section  # noqa: E402
+from _common import (  # noqa: E402
+    as_numpy,
+    blas_report,
+    cpu_name,
+    onnxruntime_call,
+    time_callable,
+    write_section,
+)
 from threadpoolctl import threadpool_limits  # noqa: E402
 
 import tvm_ext  # noqa: E402
@@ -81,41 +88,6 @@ def contenders(model, compiled, cores: int, use_compile: bool, folder):
     except Exception as err:  # an export the exporter refuses: report, go on
         skipped["onnxruntime"] = f"{type(err).__name__}: {str(err).splitlines()[0][:100]}"
     return calls, skipped
-
-
-def onnxruntime_call(model, module, inputs, cores: int, folder):
-    import onnxruntime as ort  # lazy: the [bench] extra
-    import torch  # lazy: the [bench] extra
-
-    path = f"{folder}/{model.name}.onnx"
-    # The TorchScript exporter first (what onnxruntime's own tutorials use), with torch's fused
-    # attention fast path off (ViT's _native_multi_head_attention has no ONNX form); the
-    # torch.export-based exporter when it refuses an operator (transformers' masks: aten::diff).
-    fastpath = torch.backends.mha.get_fastpath_enabled()
-    torch.backends.mha.set_fastpath_enabled(False)
-    try:
-        with torch.no_grad():
-            try:
-                torch.onnx.export(module, tuple(inputs), path, dynamo=False, opset_version=17)
-            except torch.onnx.errors.UnsupportedOperatorError:
-                torch.onnx.export(module, tuple(inputs), path, dynamo=True, opset_version=18)
-    finally:
-        torch.backends.mha.set_fastpath_enabled(fastpath)
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = cores
-    options.inter_op_num_threads = 1
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-    feeds = {i.name: np.asarray(a) for i, a in zip(session.get_inputs(), model.inputs)}
-    return lambda: session.run(None, feeds)[0]
-
-
-def as_numpy(out):
-    if hasattr(out, "numpy"):
-        out = out.numpy()
-    elif isinstance(out, (list, tuple)):
-        out = as_numpy(out[0])
-    return np.asarray(out)
 
 
 def bench_one(name: str, args, cores: int, log, folder):
