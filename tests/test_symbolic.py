@@ -244,3 +244,27 @@ def test_slices_within_the_declared_bounds_are_rewritten_and_others_kept():
     ]
     assert [str(tvm_api.tuple_values(s.args[1])) for s in slices] == ["[1]", "[1]"]
     assert [bool(s.attrs.assume_inbound) for s in slices] == [True, False]
+
+
+def test_a_decode_step_matches_a_full_recompute():
+    """Llama's decode step, compiled once for a symbolic cache length: at cache lengths the
+    example did not have, the token's hidden state matches transformers' full recompute over
+    prefix + token, and the cache it returns matches transformers' own cache of them."""
+    import tvm_ext
+    from tvm_ext.workloads.decode import prefill_cache
+
+    model = tvm_ext.build_decode("small", cache=9, max_cache=64)
+    compiled = tvm_ext.compile(model)
+    llama = model.torch_module.inner
+    rng = np.random.default_rng(3)
+    for n in (2, 30, 63):
+        ids = rng.integers(0, 1000, (1, n + 1)).astype(np.int64)
+        past = prefill_cache(llama, ids[:, :n])
+        hidden, cache = compiled.run(ids[:, n:], past)
+        with torch.no_grad():
+            full = llama(input_ids=torch.from_numpy(ids)).last_hidden_state[:, -1:].numpy()
+        np.testing.assert_allclose(hidden, full, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(cache, prefill_cache(llama, ids), rtol=1e-4, atol=1e-4)
+        assert cache.shape[3] == n + 1
+    with pytest.raises(InputError, match="outside"):
+        compiled.run(ids[:, :1], np.zeros((*past.shape[:3], 65, past.shape[4]), np.float32))

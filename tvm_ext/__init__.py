@@ -35,6 +35,7 @@ from tvm_ext.model_pipeline.model_replay import replay_model
 from tvm_ext.model_pipeline.model_tuner import is_model, tune_model
 from tvm_ext.model_pipeline.profile import profile
 from tvm_ext.workloads import kernels, models
+from tvm_ext.workloads.decode import build_decode
 from tvm_ext.workloads.from_torch import from_torch
 from tvm_ext.workloads.suite import build_suite
 
@@ -79,6 +80,7 @@ __all__ = [
     "TuneError",
     "TvmExtError",
     "UnsupportedModel",
+    "build_decode",
     "build_suite",
     "compile",
     "from_torch",

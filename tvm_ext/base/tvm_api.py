@@ -322,6 +322,19 @@ def symbolic_bounds(func) -> dict[str, tuple[int | None, int | None]]:
     return {name: (low.get(name), high.get(name)) for name in sorted(set(low) | set(high))}
 
 
+def with_upper_bounds(mod, entry: str, highs: dict[str, int]) -> "tvm.IRModule":
+    """``mod`` with its ``entry`` Relax function declaring ``highs`` ({symbolic name: highest
+    value}) as the upper bounds of those dimensions (``tir_var_upper_bound``, kept for the
+    others): what ``from_exported_program`` writes from a ``Dim``'s ``max``, for a program
+    exported without one."""
+    func = mod[entry]
+    declared = (func.attrs or {}).get("tir_var_upper_bound") or {}
+    high = {str(k): int(v) for k, v in declared.items()}
+    out = tvm.IRModule(dict(mod.functions.items()), attrs=mod.attrs)
+    out[entry] = func.with_attr("tir_var_upper_bound", {**high, **highs})
+    return out
+
+
 def bounded_analyzer(mod):
     """TVM's arithmetic analyzer with every symbolic dimension of ``mod``'s Relax functions
     bound to the range the function declares for it (``tir_var_lower_bound`` /
