@@ -1,6 +1,6 @@
-"""Any sequence length, prefill: the suite's language models compiled once with a symbolic
-length vs compiled once per length, beside onnxruntime and torch eager, side by side in one
-run.
+"""Any sequence length: the suite's language models compiled once with a symbolic length vs
+compiled once per length, beside onnxruntime and torch eager, side by side in one run;
+prefill at several lengths, then Llama's decode step against KV caches of several lengths.
 
 Per model (``tvm_ext.build_suite(name, size, max_seq=...)``, seeded random weights): ours
 symbolic is one executable for every length (``torch.export`` with a ``Dim``); ours static is
@@ -11,10 +11,14 @@ at every length before it is timed. One timer for all: a Python loop over a read
 kept; ours is called through its VM entry with its arguments placed on the device once, as
 onnxruntime's feeds are.
 
-    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python bench/any_length.py \
-        [--models bert,llama] [--lengths 16,128,384] [--size full] [--no-readme]
+Decode (``tvm_ext.build_decode``): one token against a cache of ``n`` tokens from a real
+prefill, the same four contenders (ours static: one executable per cache length; onnxruntime:
+the step exported with a dynamic cache axis), its hidden state and new cache checked against
+torch eager's before timing; tokens per second is one over the step's time.
 
-Not here yet: the decode step against a KV cache (issue 35's item 3).
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python bench/any_length.py \
+        [--models bert,llama] [--lengths 16,128,384] [--caches 128,1024] [--size full] \
+        [--no-readme]
 """
 
 from __future__ import annotations
@@ -56,9 +60,32 @@ from tvm_ext.workloads import torch_libraries  # noqa: E402
 CONTENDERS = ["ours symbolic", "ours static", "onnxruntime", "torch eager"]
 
 
-def _ours(compiled, ids):
-    entry, arguments = compiled.vm[compiled.entry], compiled.arguments([ids])
+def _ours(compiled, *inputs):
+    entry, arguments = compiled.vm[compiled.entry], compiled.arguments(list(inputs))
     return lambda: entry(*arguments)
+
+
+def _outputs(out) -> list[np.ndarray]:
+    """Every output of a contender's call (a tuple, a list, a TVM array, one tensor)."""
+    if isinstance(out, (list, tuple)) or type(out).__name__ == "Array":
+        return [as_numpy(o) for o in out]
+    return [as_numpy(out)]
+
+
+def _race(calls: dict, reference: list, label: str, args, cores: int) -> tuple[dict, float]:
+    """Parity of every contender against ``reference`` first, then interleaved rounds of the
+    one timer: ({contender: median seconds}, worst relative error)."""
+    errors = [
+        check_parity(_outputs(call()), reference, f"{label} {contender}")[1]
+        for contender, call in calls.items()
+    ]
+    times = {k: [] for k in calls}
+    for _ in range(args.rounds):
+        for contender, call in calls.items():
+            time.sleep(args.pause)  # the previous contender's spinning workers park
+            with threadpool_limits(cores), tvm_api.threads(cores):
+                times[contender].append(time_callable(call, args.min_ms / 1e3, args.repeat))
+    return {k: statistics.median(v) for k, v in times.items()}, max(errors)
 
 
 def bench_model(name: str, args, cores: int, target, log, folder) -> list[dict]:
@@ -93,25 +120,64 @@ def bench_model(name: str, args, cores: int, target, log, folder) -> list[dict]:
             "onnxruntime": lambda ids=ids: session.run(None, {feed: ids})[0],
             "torch eager": eager,
         }
-        reference = as_numpy(eager())
-        errors = {
-            k: check_parity([as_numpy(c())], [reference], f"{name} {k} at {n}")[1]
-            for k, c in calls.items()
-        }
-        times = {k: [] for k in calls}
-        for _ in range(args.rounds):
-            for contender, call in calls.items():
-                time.sleep(args.pause)  # the previous contender's spinning workers park
-                with threadpool_limits(cores), tvm_api.threads(cores):
-                    times[contender].append(time_callable(call, args.min_ms / 1e3, args.repeat))
-        med = {k: statistics.median(v) for k, v in times.items()}
+        med, error = _race(calls, _outputs(eager()), f"{name} at {n}", args, cores)
         log("  ".join(f"{k} {v * 1e3:.3f} ms" for k, v in med.items()))
         row = {"model": f"{name} ({args.size})", "length": n}
         row.update({f"{k} ms": med[k] * 1e3 for k in CONTENDERS})
         row["symbolic / static"] = med["ours symbolic"] / med["ours static"]
         row["symbolic vs onnxruntime"] = med["onnxruntime"] / med["ours symbolic"]
         row["symbolic vs torch eager"] = med["torch eager"] / med["ours symbolic"]
-        row["max rel error"] = max(errors.values())
+        row["max rel error"] = error
+        rows.append(row)
+    return rows
+
+
+def bench_decode(args, cores: int, target, log, folder) -> list[dict]:
+    """Llama's decode step at each cache length of ``--caches`` (see the module docstring)."""
+    from tvm_ext.workloads.decode import prefill_cache
+
+    torch = torch_libraries.torch()
+    torch.set_num_threads(cores)
+    caches = [int(n) for n in args.caches.split(",")]
+    started = time.perf_counter()
+    model = tvm_ext.build_decode(args.size, cache=min(caches), max_cache=max(2048, *caches))
+    symbolic = tvm_ext.compile(model, target)
+    log(f"llama decode: symbolic compile {time.perf_counter() - started:.0f} s")
+    module, llama = model.torch_module, model.torch_module.inner
+    token, past = (torch.from_numpy(np.array(a)) for a in model.inputs)
+    path = onnx_export(module, [token, past], f"{folder}/llama_decode.onnx",
+                       dynamic_axes={"input_ids": {}, "cache": {3: "n"}})  # fmt: skip
+    session = onnxruntime_session(path, cores)
+    names = [i.name for i in session.get_inputs()]
+    rows = []
+    rng = np.random.default_rng(1)
+    for n in caches:
+        ids = rng.integers(0, llama.config.vocab_size, (1, n + 1)).astype(np.int64)
+        inputs = [ids[:, n:], prefill_cache(llama, ids[:, :n])]
+        started = time.perf_counter()
+        static = tvm_ext.compile(tvm_ext.build_decode(args.size, cache=n, symbolic=False), target)
+        log(f"llama decode at {n}: static compile {time.perf_counter() - started:.0f} s")
+        tensors = [torch.from_numpy(a) for a in inputs]
+
+        def eager(tensors=tensors):
+            with torch.inference_mode():
+                return module(*tensors)
+
+        feeds = dict(zip(names, inputs))
+        calls = {
+            "ours symbolic": _ours(symbolic, *inputs),
+            "ours static": _ours(static, *inputs),
+            "onnxruntime": lambda feeds=feeds: session.run(None, feeds),
+            "torch eager": eager,
+        }
+        med, error = _race(calls, _outputs(eager()), f"llama decode at {n}", args, cores)
+        log("  ".join(f"{k} {v * 1e3:.3f} ms" for k, v in med.items()))
+        row = {"model": f"llama decode ({args.size})", "cache": n}
+        row.update({f"{k} tokens/s": 1 / med[k] for k in CONTENDERS})
+        row["symbolic / static"] = med["ours symbolic"] / med["ours static"]
+        row["symbolic vs onnxruntime"] = med["onnxruntime"] / med["ours symbolic"]
+        row["symbolic vs torch eager"] = med["torch eager"] / med["ours symbolic"]
+        row["max rel error"] = error
         rows.append(row)
     return rows
 
@@ -121,6 +187,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="bert,llama", help="comma-separated names")
     parser.add_argument("--lengths", default="16,128,384", help="prefill lengths")
+    parser.add_argument("--caches", default="128,1024", help="decode cache lengths ('' none)")
     parser.add_argument("--size", default="full", choices=("full", "small"))
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
     parser.add_argument("--repeat", type=int, default=5, help="timed samples per round")
@@ -135,12 +202,15 @@ def main() -> None:
         print(message, flush=True)
 
     log(f"CPU {cpu_name()}, LLVM mcpu={target_cpu(target)}, {cores} threads; BLAS: {blas_report()}")
-    rows = []
+    rows, decode = [], []
     with tempfile.TemporaryDirectory() as folder:
-        for name in args.models.split(","):
+        for name in filter(None, args.models.split(",")):
             rows.extend(bench_model(name, args, cores, target, log, folder))
-    table = pd.DataFrame(rows)
+        if args.caches:
+            decode = bench_decode(args, cores, target, log, folder)
+    table, steps = pd.DataFrame(rows), pd.DataFrame(decode)
     print(table.to_string(index=False))
+    print(steps.to_string(index=False))
     if args.no_readme:
         return
     command = "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python bench/any_length.py"
@@ -156,7 +226,17 @@ def main() -> None:
         f"ready call, median of {args.repeat} samples of >= {args.min_ms} ms, {args.rounds} "
         f"interleaved rounds. BLAS: {blas_report()}. {args.note}"
     )
-    write_section("any-length", header, table)
+    if rows:
+        write_section("any-length", header, table)
+    if decode:
+        write_section(
+            "any-length-decode",
+            "### Any length, decode (`bench/any_length.py`)\n\nLlama's decode step "
+            "(`tvm_ext.build_decode`): one token against a KV cache of `cache` tokens from a "
+            "real prefill; same command, threads, parity check and timer as the table above; "
+            "tokens per second is one over the step's median time.",
+            steps,
+        )
 
 
 if __name__ == "__main__":
