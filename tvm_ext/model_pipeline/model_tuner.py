@@ -26,6 +26,7 @@ from tqdm import tqdm
 
 from tvm_ext.base import tvm_api
 from tvm_ext.base.checks import checked_int
+from tvm_ext.base.errors import UnsupportedModel
 from tvm_ext.measurement.measure import check_parity
 from tvm_ext.model_pipeline import model_tasks
 from tvm_ext.model_pipeline.compile import (
@@ -214,6 +215,14 @@ def prepare_model(model, target, params, reference, inputs) -> PreparedModel:
         key = f"prim_funcs-{structural_hash(model)}"
         return PreparedModel(None, model, model_tasks.extract(model, target), key)
     source = ModelSource.of(model, params, reference, inputs)
+    symbolic = tvm_api.symbolic_bounds(source.mod[source.entry])
+    if symbolic:
+        # MetaSchedule tunes static shapes only (upstream #11747): say so before any work.
+        raise UnsupportedModel(
+            f"{source.name}: symbolic dimensions {sorted(symbolic)} cannot be tuned yet; "
+            "compile() takes the model as it is, or tune it built at a fixed length "
+            "(build_suite(..., seq=n), or from_torch without dynamic_shapes)"
+        )
     lowered = bind_and_lower(source, target)
     if isinstance(model, Model):
         key = f"{model.name}-{model.size}-b{model.batch}"
