@@ -26,7 +26,7 @@ from tvm_ext.hardware.target import as_target
 from tvm_ext.model_pipeline.boundary import InputSpec, index_checks, input_vars
 from tvm_ext.model_pipeline.compiled import Compiled, Reference, Timing
 from tvm_ext.model_pipeline.index_guard import safe_indexing
-from tvm_ext.model_pipeline.relax_fixes import fixed
+from tvm_ext.model_pipeline.relax_fixes import activations_as_fast_math, fixed
 from tvm_ext.schedules.rules.dispatch import apply
 from tvm_ext.workloads.model_base import Model
 
@@ -110,7 +110,7 @@ def lower(mod, target, entry: str):
             transform.DecomposeOpsForInference(),
             transform.CanonicalizeBindings(),
             # exp, erf, tanh as polynomials TIR can vectorize (libm's are scalar calls): softmax,
-            # GELU and SiLU run at vector speed.
+            # GELU and SiLU (written with them first: activations_as_fast_math) at vector speed.
             transform.FastMathTransform(),
             transform.LegalizeOps(),
             transform.AnnotateTIROpPattern(),
@@ -124,7 +124,7 @@ def lower(mod, target, entry: str):
         ]
     )
     with target:
-        return passes(mod)
+        return passes(activations_as_fast_math(mod))
 
 
 def fold_prepacks(mod, entry: str):
