@@ -88,6 +88,16 @@ def _race(calls: dict, reference: list, label: str, args, cores: int) -> tuple[d
     return {k: statistics.median(v) for k, v in times.items()}, max(errors)
 
 
+def _ratios(med: dict) -> dict:
+    """The ratios the tables show: ours symbolic against ours static and the peers."""
+    ours = med["ours symbolic"]
+    return {
+        "symbolic / static": ours / med["ours static"],
+        "symbolic vs onnxruntime": med["onnxruntime"] / ours,
+        "symbolic vs torch eager": med["torch eager"] / ours,
+    }
+
+
 def bench_model(name: str, args, cores: int, target, log, folder) -> list[dict]:
     torch = torch_libraries.torch()
     torch.set_num_threads(cores)
@@ -124,11 +134,7 @@ def bench_model(name: str, args, cores: int, target, log, folder) -> list[dict]:
         log("  ".join(f"{k} {v * 1e3:.3f} ms" for k, v in med.items()))
         row = {"model": f"{name} ({args.size})", "length": n}
         row.update({f"{k} ms": med[k] * 1e3 for k in CONTENDERS})
-        row["symbolic / static"] = med["ours symbolic"] / med["ours static"]
-        row["symbolic vs onnxruntime"] = med["onnxruntime"] / med["ours symbolic"]
-        row["symbolic vs torch eager"] = med["torch eager"] / med["ours symbolic"]
-        row["max rel error"] = error
-        rows.append(row)
+        rows.append(row | _ratios(med) | {"max rel error": error})
     return rows
 
 
@@ -174,11 +180,7 @@ def bench_decode(args, cores: int, target, log, folder) -> list[dict]:
         log("  ".join(f"{k} {v * 1e3:.3f} ms" for k, v in med.items()))
         row = {"model": f"llama decode ({args.size})", "cache": n}
         row.update({f"{k} tokens/s": 1 / med[k] for k in CONTENDERS})
-        row["symbolic / static"] = med["ours symbolic"] / med["ours static"]
-        row["symbolic vs onnxruntime"] = med["onnxruntime"] / med["ours symbolic"]
-        row["symbolic vs torch eager"] = med["torch eager"] / med["ours symbolic"]
-        row["max rel error"] = error
-        rows.append(row)
+        rows.append(row | _ratios(med) | {"max rel error": error})
     return rows
 
 
