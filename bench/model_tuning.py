@@ -205,10 +205,11 @@ def main() -> None:
     import pandas as pd
     import psutil
     from _common import cpu_name, write_section
+    from _unpin import PINS
 
     cores = psutil.cpu_count(logical=False) or os.cpu_count()
     env = os.environ | {"TVM_NUM_THREADS": str(cores), "PYTHONUNBUFFERED": "1"}
-    env = {k: v for k, v in env.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
+    env = {k: v for k, v in env.items() if k not in PINS}  # the child tunes at its best
 
     def log(*a):
         print(*a, flush=True)

@@ -14,13 +14,11 @@ them if it finds them, and prints which BLAS kernel it ran (threadpoolctl).
 
 from __future__ import annotations
 
-import os
 import sys
 
-_PINS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
-if any(v in os.environ for v in _PINS):  # before numpy loads OpenBLAS: re-run without them
-    env = {k: v for k, v in os.environ.items() if k not in _PINS}
-    os.execve(sys.executable, [sys.executable, *sys.argv], env)
+from _unpin import rerun_unpinned  # noqa: E402
+
+rerun_unpinned()  # before numpy loads OpenBLAS
 
 import argparse  # noqa: E402
 import functools  # noqa: E402
