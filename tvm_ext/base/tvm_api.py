@@ -338,17 +338,21 @@ def with_upper_bounds(mod, entry: str, highs: dict[str, int]) -> "tvm.IRModule":
 def bounded_analyzer(mod):
     """TVM's arithmetic analyzer with every symbolic dimension of ``mod``'s Relax functions
     bound to the range the function declares for it (``tir_var_lower_bound`` /
-    ``tir_var_upper_bound``): ``simplify(T.min(seq, 512))`` is ``seq`` when ``seq <= 128``."""
-    analyzer = tvm.sym.Analyzer()
+    ``tir_var_upper_bound``): ``simplify(T.min(seq, 512))`` is ``seq`` when ``seq <= 128``.
+    None when no function declares a bound (a module without symbolic dimensions)."""
+    analyzer, bound = tvm.sym.Analyzer(), False
     for func in mod.functions.values():
         bounds = {} if isinstance(func, PrimFunc) else symbolic_bounds(func)
-        found = [*relax.analysis.defined_symbolic_vars(func)] if bounds else []
-        found += relax.analysis.free_symbolic_vars(func) if bounds else []
+        if not bounds:
+            continue
+        bound = True
+        found = [*relax.analysis.defined_symbolic_vars(func)]
+        found += relax.analysis.free_symbolic_vars(func)
         for var in found:
             low, high = bounds.get(str(var.name), (None, None))
             if low is not None and high is not None:
                 analyzer.bind(var, tvm.ir.Range(low, high + 1))
-    return analyzer
+    return analyzer if bound else None
 
 
 def shape_values(expr) -> list | None:
@@ -373,7 +377,7 @@ def same_structure(a, b) -> bool:
 def tensor_dims(expr) -> tuple[int | None, ...] | None:
     """The shape of a Relax tensor expression, a symbolic dimension as None; None when the
     expression is no tensor or its rank is unknown."""
-    values = getattr(getattr(getattr(expr, "ty", None), "shape", None), "values", None)
+    values = shape_values(expr)
     if values is None:
         return None
     return tuple(int(d) if isinstance(d, tvm.tirx.IntImm) else None for d in values)

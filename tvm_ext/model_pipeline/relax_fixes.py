@@ -52,6 +52,8 @@ def fixed(mod):
     """``mod`` with every rewrite of this module applied to its Relax functions."""
     mod = tvm_api.rewrite_calls(mod, _rewritten)
     analyzer = tvm_api.bounded_analyzer(mod)
+    if analyzer is None:  # no symbolic dimension with a declared range: nothing to rewrite
+        return mod
     return tvm_api.rewrite_calls(mod, lambda call: _within_bounds(call, analyzer))
 
 
@@ -67,7 +69,7 @@ def _rewritten(call):
 def _slice_axes_nonnegative(call):
     data, axes = call.args[0], call.args[1]
     rank = len(tvm_api.tensor_dims(data) or ())
-    values = [int(getattr(a, "value", a)) for a in getattr(axes, "fields", ())]
+    values = [int(a) for a in tvm_api.tuple_values(axes)]
     if not rank or all(a >= 0 for a in values):
         return None
     positive = tuple(a % rank for a in values)
@@ -100,7 +102,7 @@ def _slice_in_range(call, analyzer) -> bool:
         return False
     for axis, begin, end, stride in zip(axes, begins, ends, strides):
         extent = dims[int(axis) % len(dims)]
-        if not (isinstance(stride, int) or isinstance(stride, tvm_api.tirx.IntImm)):
+        if not isinstance(stride, (int, tvm_api.tirx.IntImm)):
             return False
         checks = (int(stride) > 0, analyzer.can_prove(begin >= 0),
                   analyzer.can_prove(begin <= end), analyzer.can_prove(end <= extent))  # fmt: skip
