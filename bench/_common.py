@@ -111,3 +111,14 @@ def as_numpy(out):
     elif isinstance(out, (list, tuple)):
         out = as_numpy(out[0])
     return np.asarray(out)
+
+
+def add_timing_args(parser) -> None:
+    """The one timing protocol's options (see ``time_callable``), with the README ones: every
+    side-by-side script takes them with these defaults."""
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
+    parser.add_argument("--repeat", type=int, default=5, help="timed samples per round")
+    parser.add_argument("--min-ms", type=int, default=200, help="minimum ms per sample")
+    parser.add_argument("--pause", type=float, default=0.5, help="seconds between contenders")
+    parser.add_argument("--no-readme", action="store_true", help="do not update bench/README.md")
+    parser.add_argument("--note", default="", help="a sentence for the README (e.g. load)")

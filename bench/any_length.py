@@ -38,6 +38,7 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from _common import (  # noqa: E402
+    add_timing_args,
     as_numpy,
     blas_report,
     cpu_name,
@@ -189,12 +190,7 @@ def main() -> None:
     parser.add_argument("--lengths", default="16,128,384", help="prefill lengths")
     parser.add_argument("--caches", default="128,1024", help="decode cache lengths ('' none)")
     parser.add_argument("--size", default="full", choices=("full", "small"))
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
-    parser.add_argument("--repeat", type=int, default=5, help="timed samples per round")
-    parser.add_argument("--min-ms", type=int, default=200, help="minimum ms per sample")
-    parser.add_argument("--pause", type=float, default=0.5, help="seconds between contenders")
-    parser.add_argument("--no-readme", action="store_true", help="do not update bench/README.md")
-    parser.add_argument("--note", default="", help="a sentence for the README (e.g. load)")
+    add_timing_args(parser)
     args = parser.parse_args()
     target = host_target(num_cores=cores)
 

@@ -30,6 +30,7 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from _common import (  # noqa: E402
+    add_timing_args,
     as_numpy,
     blas_report,
     cpu_name,
@@ -138,14 +139,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(SUITE), help="comma-separated names")
     parser.add_argument("--size", default="full", choices=("full", "small"))
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
-    parser.add_argument("--repeat", type=int, default=5, help="timed samples per round")
-    parser.add_argument("--min-ms", type=int, default=200, help="minimum ms per sample")
-    parser.add_argument("--pause", type=float, default=0.5, help="seconds between contenders")
+    add_timing_args(parser)
     parser.add_argument("--profile-seconds", type=float, default=2.0)
     parser.add_argument("--no-torch-compile", dest="torch_compile", action="store_false")
-    parser.add_argument("--no-readme", action="store_true", help="do not update bench/README.md")
-    parser.add_argument("--note", default="", help="a sentence for the README (e.g. load)")
     args = parser.parse_args()
     target = host_target(num_cores=cores)
 
