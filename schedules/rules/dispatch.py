@@ -11,7 +11,16 @@ import logging
 from dataclasses import dataclass
 from types import ModuleType
 
-from tvm_ext.schedules.rules import contraction, fallback, gpu, injective, rows, staged, suite
+from tvm_ext.schedules.rules import (
+    contraction,
+    fallback,
+    gpu,
+    injective,
+    rows,
+    staged,
+    suite,
+    window,
+)
 
 from tvm_ext.base import tvm_api
 from tvm_ext.base.errors import ScheduleNotApplicable
@@ -23,6 +32,7 @@ log = logging.getLogger(__name__)
 CPU_RULES: tuple[ModuleType, ...] = (
     suite,
     rows,
+    window,
     contraction,
     staged,
     injective,

@@ -26,6 +26,7 @@ from tvm_ext.hardware.target import as_target
 from tvm_ext.model_pipeline.boundary import InputSpec, index_checks, input_vars
 from tvm_ext.model_pipeline.compiled import Compiled, Reference, Timing
 from tvm_ext.model_pipeline.index_guard import safe_indexing
+from tvm_ext.model_pipeline.layout import channels_last
 from tvm_ext.model_pipeline.relax_fixes import activations_as_fast_math, fixed
 from tvm_ext.schedules.rules.dispatch import apply
 from tvm_ext.workloads.model_base import Model
@@ -124,7 +125,7 @@ def lower(mod, target, entry: str):
         ]
     )
     with target:
-        return passes(activations_as_fast_math(mod))
+        return passes(activations_as_fast_math(channels_last(mod)))
 
 
 def fold_prepacks(mod, entry: str):

@@ -1,0 +1,157 @@
+"""Window reductions: depthwise convolutions and pooling (max, average), as Relax legalizes
+them, with their padding and element-wise epilogue (batch norm, ReLU6, a residual add).
+
+Reads the IR: one reduction block whose reduction iterators all slide a window, i.e. each
+one indexes an activation only together with a spatial iterator (``y * stride + ky``), never
+alone (a reduction iterator alone in an index is a dot product over it: a convolution's input
+channels, a matmul's ``k``, which :mod:`.contraction` takes), over a window of a few dozen
+points at most (7x7 = 49).
+
+Channels last (NHWC, what :func:`~tvm_ext.model_pipeline.layout.channels_last` gives a CNN):
+the output's last dimension, the channels, indexes the last dimension of every activation read
+too, so a vector of channels is one contiguous load. The schedule is :mod:`.contraction`'s
+register tile with the channels as its vector axis and the output width as its row axis:
+``[outer tiles, parallel] [ky, kx] [mr output columns, unrolled] [nr channels, vectorized]``;
+each window point loads one weight vector (a depthwise weight, packed into channel panels at
+compile time) and feeds ``mr`` FMAs (or maxima) with it, the ``mr x nr`` accumulators in
+registers, the epilogue applied as the tile is written back.
+
+Any other layout (NCHW: the width is the last dimension, read ``stride`` floats apart for a
+strided window, and rarely a whole number of vectors): the output's spatial loops are fused
+and run in parallel, each point's window summed in order, as the unscheduled function does.
+"""
+
+from __future__ import annotations
+
+from tvm_ext.schedules.common import PARALLEL_MIN_WORK
+from tvm_ext.schedules.rules.contraction import (
+    Axes,
+    pack_operands,
+    static_extents,
+    tile,
+    tile_sizes,
+    weight_names,
+)
+from tvm_ext.schedules.rules.fallback import loop_extent, parallel_spatial, work
+
+from tvm_ext.base import tvm_api
+
+NAME = "window"
+
+# The most points a window may have: 7x7 (MobileNet's, ConvNeXt's depthwise kernels) fits.
+MAX_WINDOW = 64
+
+
+def schedule_func(func, target):
+    sch = tvm_api.Schedule(func)
+    blocks = tvm_api.dlight.analysis.normalize_prim_func(sch)
+    if blocks is None:
+        return None
+    pads = [b for b in blocks if b.is_injective() and b.is_data_pad(sch)]
+    rest = tvm_api.dlight.base.try_inline_contiguous_spatial(
+        sch, [b for b in blocks if b not in pads]
+    )
+    reductions = [b for b in rest if b.is_reduction()]
+    if len(reductions) != 1 or len(rest) > 2:
+        return None
+    main = reductions[0]
+    epilogue = [b for b in rest if b is not main]
+    if epilogue and (rest.index(main) != 0 or not epilogue[0].is_injective()):
+        return None
+    weights = weight_names(func)
+    axes = window_axes(sch, main, weights)
+    if axes is None:
+        return None
+    if axes.row is None:  # not channels last: the safe schedule
+        for stage in [*pads, main, *epilogue]:
+            _parallel_planes(sch, stage)
+        return sch
+    # The padding inlined: its condition is one per output point, the same for every lane
+    # of a channel vector (a separate pass over a padded copy took 3-4x longer: pooling
+    # 64 x 112 x 112 NHWC 119 -> 34 us, a 3x3 depthwise 960 x 7 x 7 30 -> 14 us).
+    for pad in pads:
+        sch.compute_inline(pad.block_rv)
+    main, pads = tvm_api.dlight.analysis.get_sblock_info(sch, main.block_rv), []
+    mr, nr = tile_sizes(main, axes, target)
+    packs, packed_weights = pack_operands(sch, func, main, axes, nr)
+    if tile(sch, main, axes, target, epilogue[0] if epilogue else None, (mr, nr)):
+        pads.append(epilogue[0])
+    for stage in pads + [tvm_api.dlight.analysis.get_sblock_info(sch, b) for b in packs]:
+        parallel_spatial(sch, stage, target, vectorize=True, work=work(stage))
+    for block in packed_weights:
+        sch.annotate(block, "meta_schedule.layout_rewrite_preproc", True)
+    return sch
+
+
+def _parallel_planes(sch, block) -> None:
+    """The block's leading spatial loops but its last two (a plane: height and width) fused
+    and run in parallel, the plane's loops left as they are (LLVM vectorizes what it can)."""
+    kinds, loops = block.dom_kind(), block.get_loops()
+    lead = len(kinds) - len(kinds.lstrip("S"))
+    outer = loops[: max(lead - 2, 0)]
+    if work(block) < PARALLEL_MIN_WORK or not outer:
+        return
+    fused = sch.fuse(*outer) if len(outer) > 1 else outer[0]
+    if (loop_extent(sch, fused) or 2) > 1:
+        sch.parallel(fused)
+
+
+def window_axes(sch, block, weights: set[str]) -> Axes | None:
+    """The block's axes when it is a window reduction (see the module docstring), None
+    otherwise. ``row`` is the output's second-to-last iterator (its width) when the block is
+    channels last, with the vector axis a static whole number of lanes; else None."""
+    stmt = sch.get(block.block_rv)
+    kinds = block.dom_kind()
+    names = [it.var.name for it in block.iters]
+    spatial = tuple(i for i, k in enumerate(kinds) if k == "S")
+    reduction = tuple(i for i, k in enumerate(kinds) if k == "R")
+    if not spatial or not reduction or len(kinds) != len(spatial) + len(reduction):
+        return None
+    extents = static_extents(block)
+    if any(extents[i] is None for i in reduction):
+        return None
+    points = 1
+    for i in reduction:
+        points *= extents[i]
+    if points > MAX_WINDOW:
+        return None
+    sliding = {names[i] for i in reduction if extents[i] > 1}
+    spatial_names = {names[i] for i in spatial}
+    activations = [r for r in stmt.reads if r.source.name not in weights]
+    if not sliding or not activations:
+        return None
+    for read in activations:
+        for dim in read.region:
+            used = _vars_of(dim.min)
+            if used & sliding and not used & spatial_names:
+                return None  # a reduction iterator alone: a dot product, not a window
+    out = stmt.writes[0].region
+    last = out[-1].min
+    if not isinstance(last, tvm_api.tirx.Var) or last.name not in names:
+        return None
+    vector = names.index(last.name)
+    if vector not in spatial:
+        return None
+    row = None
+    if len(out) >= 2 and _channels_last(activations, last.name, sliding):
+        width = out[-2].min
+        if isinstance(width, tvm_api.tirx.Var) and names.index(width.name) in spatial:
+            row = names.index(width.name)
+    return Axes(spatial, reduction, vector, row)
+
+
+def _channels_last(reads, channel: str, sliding: set[str]) -> bool:
+    """Whether every activation's last dimension is indexed by the output's last iterator
+    (and no window iterator), so a vector of outputs reads one contiguous vector."""
+    for read in reads:
+        used = _vars_of(read.region[-1].min)
+        if channel not in used or used & sliding:
+            return False
+    return True
+
+
+def _vars_of(expr) -> set:
+    return {v.name for v in tvm_api.dlight.analysis.collect_vars_used_in_prim_expr(expr)}
+
+
+__all__ = ["MAX_WINDOW", "NAME", "schedule_func", "window_axes"]

@@ -1,0 +1,178 @@
+"""The window rule (depthwise convolutions, pooling) and the channels-last layout of CNNs.
+
+Each crafted function is legalized from Relax as a model's would be, scheduled by the rules,
+and checked against its unscheduled build on random inputs; sizes friendly and odd (channels
+off the vector width, maps of 7, 9 and 11, strides 1 and 2, 3x3 and 5x5 windows).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+import torch
+from test_rules import check_rule
+from tvm import relax
+from tvm.script import relax as R
+
+import tvm_ext
+from tvm_ext import schedules as S
+from tvm_ext.base import tvm_api
+from tvm_ext.hardware.target import lanes_for
+from tvm_ext.model_pipeline.layout import channels_last, has_nchw_convolutions
+
+
+def _legalized(build, params, free=()):
+    """The one PrimFunc of a Relax function ``build(*vars)`` legalizes to, with the
+    parameters at ``free`` marked layout-free (as Relax marks a model's weights)."""
+    bb = relax.BlockBuilder()
+    variables = [relax.Var(name, R.Tensor(shape, "float32")) for name, shape in params]
+    with bb.function("main", variables):
+        with bb.dataflow():
+            out = bb.emit_output(build(*variables))
+        bb.emit_func_output(out)
+    mod = relax.transform.FuseTIR()(
+        relax.transform.FuseOps()(
+            relax.transform.AnnotateTIROpPattern()(relax.transform.LegalizeOps()(bb.get()))
+        )
+    )
+    (func,) = [f for f in mod.functions.values() if isinstance(f, tvm_api.PrimFunc)]
+    return func.with_attr("layout_free_buffers", list(free)) if free else func
+
+
+def depthwise_nhwc(channels, size, kernel, stride):
+    """A depthwise convolution (OHWI weights, as ``channels_last`` leaves them) with a
+    per-channel scale and shift and ReLU6 after it: a MobileNet layer in NHWC."""
+    pad = kernel // 2
+
+    def build(x, w, scale, shift):
+        op = relax.op
+        y = op.nn.conv2d(x, w, strides=stride, padding=pad, groups=channels,
+                         data_layout="NHWC", kernel_layout="OHWI")  # fmt: skip
+        y = op.add(op.multiply(y, scale), shift)
+        return op.minimum(op.maximum(y, relax.const(0.0)), relax.const(6.0))
+
+    params = [
+        ("x", (1, size, size, channels)),
+        ("w", (channels, kernel, kernel, 1)),
+        ("scale", (1, 1, 1, channels)),
+        ("shift", (1, 1, 1, channels)),
+    ]
+    return _legalized(build, params, free=(1, 2, 3))
+
+
+def _asm(sch, target) -> str:
+    return tvm_api.build(sch.mod, target).inspect_source("asm")
+
+
+@pytest.mark.parametrize(
+    "channels, size, kernel, stride",
+    [(32, 14, 3, 1), (96, 9, 3, 2), (24, 11, 3, 2), (40, 7, 5, 1), (20, 8, 3, 1)],
+)
+def test_depthwise_conv_is_a_window_with_channel_vectors(host, channels, size, kernel, stride):
+    sch = check_rule(depthwise_nhwc(channels, size, kernel, stride), host, "window", rtol=1e-4)
+    text = sch.mod.script()
+    assert "pad_temp" not in text.split("T.sblock(")[1]  # the padding inlined, no copy
+    assert "layout_rewrite_preproc" in text  # the weight packed into channel panels, once
+    lanes = lanes_for(host, 32)
+    if channels % lanes == 0:
+        # The hot loop multiplies whole channel vectors: full-width FMAs in the built code.
+        width = {16: "zmm", 8: "ymm"}[lanes]
+        assert re.search(rf"vfmadd\w+\s+[^\n]*%{width}", _asm(sch, host))
+
+
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+@pytest.mark.parametrize("kind", ["max", "avg"])
+@pytest.mark.parametrize("channels, size", [(64, 30), (24, 9)])
+def test_pooling_is_a_window_in_either_layout(host, layout, kind, channels, size):
+    shape = (1, size, size, channels) if layout == "NHWC" else (1, channels, size, size)
+    pool = relax.op.nn.max_pool2d if kind == "max" else relax.op.nn.avg_pool2d
+
+    def build(x):
+        return pool(x, pool_size=3, strides=2, padding=1, layout=layout)
+
+    sch = check_rule(_legalized(build, [("x", shape)]), host, "window", rtol=1e-5)
+    loops = sch.mod.script()
+    # 64 x 15 x 15 outputs of 9 points are worth two threads; 24 x 5 x 5 are not.
+    assert ("T.parallel" in loops) == (channels == 64)
+    if layout == "NHWC":
+        assert "T.vectorized" in loops  # vectors of channels
+
+
+def test_a_convolution_over_channels_is_not_a_window(host):
+    """A reduction iterator alone in an index (the input channels) is a dot product: the
+    contraction rule's, whatever the window around it."""
+
+    def build(x, w):
+        return relax.op.nn.conv2d(x, w, padding=1, data_layout="NHWC", kernel_layout="OHWI")
+
+    func = _legalized(build, [("x", (1, 9, 9, 16)), ("w", (32, 3, 3, 16))], free=(1,))
+    check_rule(func, host, "contraction", rtol=1e-4)
+
+
+class SmallCnn(torch.nn.Module):
+    """Every layer kind of a torchvision CNN: a strided stem with batch norm and ReLU6, an
+    inverted residual (1x1 expand, depthwise, 1x1 project, residual add), max pooling, a
+    global average pool and the classifier."""
+
+    def __init__(self, head: bool = True):
+        super().__init__()
+        self.has_head = head
+        nn = torch.nn
+        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1), nn.BatchNorm2d(16), nn.ReLU6())
+        self.expand = nn.Sequential(nn.Conv2d(16, 48, 1), nn.BatchNorm2d(48), nn.ReLU6())
+        self.depthwise = nn.Sequential(
+            nn.Conv2d(48, 48, 3, 1, 1, groups=48), nn.BatchNorm2d(48), nn.ReLU6()
+        )
+        self.project = nn.Sequential(nn.Conv2d(48, 16, 1), nn.BatchNorm2d(16))
+        self.pool = nn.MaxPool2d(3, 2, 1)
+        self.head = nn.Linear(16, 10)
+
+    def forward(self, x):
+        x = self.stem(x)
+        x = x + self.project(self.depthwise(self.expand(x)))
+        x = self.pool(x)
+        return self.head(x.mean((2, 3))) if self.has_head else x
+
+
+@pytest.mark.parametrize("head", [True, False])
+def test_a_cnn_runs_channels_last_with_one_transform_in_and_one_out(head):
+    """With the classifier the global pool leaves no layout to change back (one transpose,
+    at the input); returning the feature map, it changes back once at the output."""
+    torch.manual_seed(0)
+    module = SmallCnn(head).eval()
+    with torch.no_grad():  # batch norm statistics away from (0, 1), so parity tests them
+        for layer in module.modules():
+            if isinstance(layer, torch.nn.BatchNorm2d):
+                layer.running_mean.uniform_(-0.5, 0.5)
+                layer.running_var.uniform_(0.5, 2.0)
+    x = torch.randn(1, 3, 30, 30)
+    model = tvm_ext.from_torch(module, (x,), name="small_cnn")
+    assert has_nchw_convolutions(model.mod)
+    assert not has_nchw_convolutions(channels_last(model.mod))
+    compiled = tvm_ext.compile(model)
+    got = compiled.run(x.numpy())
+    with torch.no_grad():
+        want = module(x).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    # Every layer between runs in NHWC (no transpose around a convolution, a ReLU6 or the
+    # pooling).
+    moves = [k for k in compiled.kernels if "transpose" in k]
+    assert compiled.kernels[0] in moves
+    assert len(moves) == (1 if head else 2), compiled.kernels
+    assert head or compiled.kernels[-1] in moves
+    rules = {s.name: s.rule for s in compiled.applied.functions}
+    assert sum(1 for n, r in rules.items() if r == "window") == 2  # depthwise, max pool
+    assert all(r == "window" for n, r in rules.items() if "pool" in n)
+
+
+def test_a_model_without_convolutions_keeps_its_layout():
+    mod = tvm_ext.build_suite("bert", "small").mod
+    assert not has_nchw_convolutions(mod)
+    assert channels_last(mod) is mod
+
+
+def test_window_rule_comes_before_contraction():
+    names = [rule.NAME for rule in S.rules.CPU_RULES]
+    assert names.index("window") < names.index("contraction")

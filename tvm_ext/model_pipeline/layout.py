@@ -1,0 +1,74 @@
+"""The layout a CNN runs in: channels last (NHWC), chosen once for the whole graph.
+
+A torch CNN arrives in NCHW. There the vector axis of every convolution, depthwise
+convolution and pooling window is the image width (7, 14, 28, 56, 112: rarely a whole number
+of vectors, and strided for a stride-2 window), and a 1x1 convolution reads its channels
+``H*W`` floats apart. In NHWC the channels are the innermost, contiguous axis of every
+activation: a 1x1 convolution is a matmul whose vector axis is its output channels, and a
+depthwise convolution or a pooling window is a sum over a few neighbours of whole channel
+vectors (:mod:`tvm_ext.schedules.rules.window`). onnxruntime's MLAS does the same with its
+channel-blocked NCHWc; channels last is that layout with one block of all channels.
+
+Relax's ``ConvertLayout`` converts every ``conv2d`` (weights to OHWI, which constant folding
+then repacks at compile time) and carries the layout through the operators that know how to
+(batch norm, element-wise arithmetic, pooling, residual adds, concatenation); a transpose is
+left only where the graph leaves the layout (its input, its output, a flatten before the
+classifier). ``clip`` (ReLU6) has no layout rule in TVM 0.27 and would take a transpose on
+each side: it is written as ``minimum(maximum(x, lo), hi)`` first.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from tvm_ext.base import tvm_api
+
+log = logging.getLogger(__name__)
+
+CONV = "relax.nn.conv2d"
+
+
+def has_nchw_convolutions(mod) -> bool:
+    """Whether a Relax function of ``mod`` holds a 2-D convolution in NCHW."""
+    found = []
+
+    def look(call):
+        if tvm_api.call_name(call) == CONV and str(call.attrs.data_layout) == "NCHW":
+            found.append(call)
+        return None
+
+    tvm_api.rewrite_calls(mod, look)
+    return bool(found)
+
+
+def channels_last(mod):
+    """``mod`` with its convolutions in NHWC and the layout carried through the graph (see
+    the module docstring); a module without NCHW convolutions comes back unchanged."""
+    if not has_nchw_convolutions(mod):
+        return mod
+    converted = tvm_api.rewrite_calls(mod, _clip_as_min_max)
+    try:
+        return tvm_api.relax.transform.ConvertLayout({CONV: ["NHWC", "OHWI"]})(converted)
+    except RuntimeError as err:  # TVM's InternalError is one
+        # TVM 0.27's ConvertLayout fails (std::bad_alloc) on ViT's patch embedding, a
+        # convolution whose output is reshaped into tokens: such a model keeps NCHW.
+        log.info("channels last not applied (%s): the model keeps NCHW", str(err).splitlines()[0])
+        return mod
+
+
+def _clip_as_min_max(call):
+    if tvm_api.call_name(call) != "relax.clip":
+        return None
+    x, lo, hi = call.args
+    dtype = tvm_api.tensor_dtype(x)
+    if not dtype.startswith("float"):
+        return None
+    op = tvm_api.relax.op
+
+    def bound(value):
+        return tvm_api.relax.const(float(value.value), dtype)
+
+    return op.minimum(op.maximum(x, bound(lo)), bound(hi))
+
+
+__all__ = ["channels_last", "has_nchw_convolutions"]
