@@ -13,7 +13,15 @@ HERE = pathlib.Path(__file__).resolve().parent.parent / "notebooks"
 NOTEBOOKS = sorted(HERE.glob("*.ipynb"))
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+# The two longest quick runs go to the slow tier (`.ci/run` runs it): 05 tunes a model with
+# ours and with stock `tune_relax` (~110 s; `test_model_tune.py` and `test_tune_promises.py`
+# cover its API in the fast tier), 02 trains and evaluates every policy on the shipped dataset
+# (~55 s; `test_policies.py`, `test_heldout.py`).
+SLOW = {"02_cost_policies.ipynb", "05_tune_a_model.ipynb"}
+PARAMS = [pytest.param(p, marks=pytest.mark.slow) if p.name in SLOW else p for p in NOTEBOOKS]
+
+
+@pytest.mark.parametrize("path", PARAMS, ids=lambda p: p.name)
 def test_notebook_runs_in_quick_mode(path, monkeypatch, tmp_path):
     monkeypatch.setenv("TVM_EXT_NOTEBOOK_QUICK", "1")
     nb = nbformat.read(path, as_version=4)
