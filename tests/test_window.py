@@ -176,3 +176,25 @@ def test_a_model_without_convolutions_keeps_its_layout():
 def test_window_rule_comes_before_contraction():
     names = [rule.NAME for rule in S.rules.CPU_RULES]
     assert names.index("window") < names.index("contraction")
+
+
+@pytest.mark.parametrize("channels", [24, 40, 120])
+def test_channels_off_the_vector_width_tile_in_whole_8_lane_statements(host, channels):
+    """A 1x1 convolution to 24, 40 or 120 channels (MobileNet's): the weight's channel panels
+    divide the channels into 8-lane statements, with no per-lane predicate in the tile (a
+    24-lane vector statement ran such a convolution at 21 GFLOP/s, three 8-lane ones at
+    210)."""
+
+    def build(x, w):
+        return relax.op.nn.conv2d(x, w, data_layout="NHWC", kernel_layout="OHWI")
+
+    func = _legalized(build, [("x", (1, 14, 14, 32)), ("w", (channels, 1, 1, 32))], free=(1,))
+    sch = check_rule(func, host, "contraction", rtol=1e-4)
+    text = sch.mod.script()
+    before, after = text.split('_update"):')
+    update = after.split("T.sblock(")[0]  # the block's body
+    assert "T.where" not in update
+    lanes = lanes_for(host, 32)
+    loops = before.rsplit("for ", 3)[1:]  # the loops around the update: k, rows, lanes
+    widths = {int(w) for w in re.findall(r"T\.vectorized\((?:T\.int64\()?(\d+)", "".join(loops))}
+    assert widths == ({8} if channels % lanes else {lanes}), widths
