@@ -198,3 +198,25 @@ def test_channels_off_the_vector_width_tile_in_whole_8_lane_statements(host, cha
     loops = before.rsplit("for ", 3)[1:]  # the loops around the update: k, rows, lanes
     widths = {int(w) for w in re.findall(r"T\.vectorized\((?:T\.int64\()?(\d+)", "".join(loops))}
     assert widths == ({8} if channels % lanes else {lanes}), widths
+
+
+def test_an_odd_weight_axis_is_padded_once_at_compile_time():
+    """A classifier of 37 classes (no whole number of 8-lane statements): its weight is
+    padded to 48 columns as a constant, the matmul runs on whole vectors and the slice back
+    to 37 is the matmul's epilogue; no copy of the weight is left in the kernel."""
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Linear(64, 37)).eval()
+    x = torch.randn(3, 64)
+    model = tvm_ext.from_torch(module, (x,), name="head37")
+    compiled = tvm_ext.compile(model)
+    with torch.no_grad():
+        want = module(x).numpy()
+    np.testing.assert_allclose(compiled.run(x.numpy()), want, rtol=1e-5, atol=1e-5)
+    (kernel,) = [k for k in compiled.kernels if "matmul" in k]
+    assert "strided_slice" in kernel
+    text = compiled.applied.mod[kernel.removesuffix("_prepacked")].script()
+    assert "_pad" not in text  # the rule had nothing to pad
+    assert "T.int64(48)" in text
+    # A weight axis of whole 8-lane statements is left as it is.
+    even = tvm_ext.compile(tvm_ext.from_torch(torch.nn.Linear(64, 40).eval(), (x,), name="h40"))
+    assert not any("strided_slice" in k for k in even.kernels)

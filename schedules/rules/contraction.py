@@ -110,8 +110,13 @@ def pad_vector_axis(sch, block, axes: Axes, target, weights: set[str]) -> bool:
     padding = [1] * len(block.iters)
     if extent is None and not along_weight:
         padding[axes.vector] = 2 * lanes  # the panel tile_sizes takes for a symbolic axis
-    elif extent is not None and extent > lanes and extent % lanes and not along_weight:
-        padding[axes.vector] = lanes
+    elif extent is not None and extent > lanes and extent % lanes:
+        # A weight's axis of whole 8-lane statements runs in panels of them (_odd_panel)
+        # with no copy; any other odd axis is padded, a weight's too (a copy per call: a
+        # pass over the weight, where a per-lane tail scalarizes every panel and ran a
+        # 12 x 197 x 197 x 64 batch matmul with a layout-free B 33x slower than at 208).
+        if not along_weight or extent % 8:
+            padding[axes.vector] = lanes
     row = dom[axes.row] if axes.row is not None else 0
     if padding[axes.vector] == 1 and row is not None:
         return False  # nothing symbolic, every vector whole: no pad

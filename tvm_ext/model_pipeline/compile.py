@@ -26,7 +26,7 @@ from tvm_ext.hardware.target import as_target
 from tvm_ext.model_pipeline.boundary import InputSpec, index_checks, input_vars
 from tvm_ext.model_pipeline.compiled import Compiled, Reference, Timing
 from tvm_ext.model_pipeline.index_guard import safe_indexing
-from tvm_ext.model_pipeline.layout import channels_last
+from tvm_ext.model_pipeline.layout import channels_last, whole_vector_weights
 from tvm_ext.model_pipeline.relax_fixes import activations_as_fast_math, fixed
 from tvm_ext.schedules.rules.dispatch import apply
 from tvm_ext.workloads.model_base import Model
@@ -113,6 +113,12 @@ def lower(mod, target, entry: str):
             # exp, erf, tanh as polynomials TIR can vectorize (libm's are scalar calls): softmax,
             # GELU and SiLU (written with them first: activations_as_fast_math) at vector speed.
             transform.FastMathTransform(),
+            # Weights folded first (a Linear's transpose), so an odd output axis is padded
+            # once, at compile time (layout.whole_vector_weights).
+            transform.FoldConstant(),
+            tvm_api.transform.module_pass(
+                lambda m, _ctx: whole_vector_weights(m), opt_level=0, name="WholeVectorWeights"
+            ),
             transform.LegalizeOps(),
             transform.AnnotateTIROpPattern(),
             transform.FoldConstant(),
