@@ -220,3 +220,16 @@ def test_an_odd_weight_axis_is_padded_once_at_compile_time():
     # A weight axis of whole 8-lane statements is left as it is.
     even = tvm_ext.compile(tvm_ext.from_torch(torch.nn.Linear(64, 40).eval(), (x,), name="h40"))
     assert not any("strided_slice" in k for k in even.kernels)
+
+
+def test_a_convolution_to_odd_channels_is_padded_once_at_compile_time():
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Conv2d(8, 33, 3, 1, 1), torch.nn.ReLU()).eval()
+    x = torch.randn(1, 8, 9, 9)
+    compiled = tvm_ext.compile(tvm_ext.from_torch(module, (x,), name="conv33"))
+    with torch.no_grad():
+        want = module(x).numpy()
+    np.testing.assert_allclose(compiled.run(x.numpy()), want, rtol=1e-4, atol=1e-4)
+    (kernel,) = [k for k in compiled.kernels if "conv2d" in k]
+    assert "strided_slice" in kernel
+    assert "_pad" not in compiled.applied.mod[kernel.removesuffix("_prepacked")].script()

@@ -79,8 +79,8 @@ PAD_LANES = 16
 
 
 def whole_vector_weights(mod):
-    """``mod`` with every ``matmul`` by a constant weight whose output axis is not a whole
-    number of 8-lane statements (a vocabulary of 50257, 1025 classes) computed on the weight
+    """``mod`` with every ``matmul`` (and NHWC ``conv2d``) by a constant weight whose output
+    axis is not a whole number of 8-lane statements (a vocabulary of 50257, 1025 classes) computed on the weight
     zero-padded to a multiple of :data:`PAD_LANES`, the padding sliced off the result.
 
     The rules then tile the matmul in whole vectors with no per-lane tail, and the padded
@@ -93,21 +93,43 @@ def whole_vector_weights(mod):
 
 
 def _padded_matmul(call):
-    if tvm_api.call_name(call) != "relax.matmul":
+    name = tvm_api.call_name(call)
+    if name == "relax.matmul":
+        at = -1  # the weight's output axis: its last (x @ W)
+    elif name == CONV and _channels_last_dense(call):
+        at = 0  # OHWI: O
+    else:
         return None
     a, b = call.args
     weight = tvm_api.constant_values(b)
-    if weight is None or weight.ndim != 2 or not str(weight.dtype).startswith("float"):
+    if weight is None or not str(weight.dtype).startswith("float"):
         return None
-    n = weight.shape[-1]
+    if name == "relax.matmul" and weight.ndim != 2:
+        return None
+    n = weight.shape[at]
     if n <= PAD_LANES or n % 8 == 0:
         return None
-    padded = -(-n // PAD_LANES) * PAD_LANES
-    weight = np.pad(weight, [(0, 0), (0, padded - n)])
+    pads = [(0, 0)] * weight.ndim
+    pads[at] = (0, -(-n // PAD_LANES) * PAD_LANES - n)
+    padded = tvm_api.relax.const(np.pad(weight, pads))
     op = tvm_api.relax.op
-    product = op.matmul(a, tvm_api.relax.const(weight), out_dtype=call.attrs.out_dtype)
-    axis = len(call.ty.shape) - 1 if hasattr(call.ty, "shape") else -1
-    return op.strided_slice(product, axes=[axis], begin=[0], end=[n])
+    if name == "relax.matmul":
+        result = op.matmul(a, padded, out_dtype=call.attrs.out_dtype)
+    else:
+        result = tvm_api.relax.Call(call.op, [a, padded], call.attrs)
+    axis = len(call.ty.shape) - 1  # the output's channels / columns: its last axis
+    return op.strided_slice(result, axes=[axis], begin=[0], end=[n])
+
+
+def _channels_last_dense(call) -> bool:
+    """An NHWC / OHWI convolution of one group writing NHWC (its output channels last)."""
+    attrs = call.attrs
+    return (
+        str(attrs.data_layout) == "NHWC"
+        and str(attrs.kernel_layout) == "OHWI"
+        and str(attrs.out_layout) == "NHWC"
+        and int(attrs.groups) == 1
+    )
 
 
 __all__ = ["PAD_LANES", "channels_last", "has_nchw_convolutions", "whole_vector_weights"]
