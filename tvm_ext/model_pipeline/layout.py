@@ -80,8 +80,9 @@ PAD_LANES = 16
 
 def whole_vector_weights(mod):
     """``mod`` with every ``matmul`` (and NHWC ``conv2d``) by a constant weight whose output
-    axis is not a whole number of 8-lane statements (a vocabulary of 50257, 1025 classes) computed on the weight
-    zero-padded to a multiple of :data:`PAD_LANES`, the padding sliced off the result.
+    axis is not a whole number of 8-lane statements (a vocabulary of 50257, 1025 classes, 33
+    channels) computed on the weight zero-padded to a multiple of :data:`PAD_LANES`, the
+    padding sliced off the result.
 
     The rules then tile the matmul in whole vectors with no per-lane tail, and the padded
     weight is a constant (made once, at compile time), where the rule's own padding of an odd
