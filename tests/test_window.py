@@ -233,3 +233,21 @@ def test_a_convolution_to_odd_channels_is_padded_once_at_compile_time():
     (kernel,) = [k for k in compiled.kernels if "conv2d" in k]
     assert "strided_slice" in kernel
     assert "_pad" not in compiled.applied.mod[kernel.removesuffix("_prepacked")].script()
+
+
+def test_a_row_reduction_with_a_unit_batch_vectorizes_its_lanes(host):
+    """A layer norm over (1, rows, 64) as BERT has it: the rfactor-ed partial sums run as
+    whole vectors (the unit batch loop once took the vector and left the lanes scalar)."""
+
+    def build(x, gamma, beta):
+        return relax.op.nn.layer_norm(x, gamma, beta, axes=[-1])
+
+    params = [("x", (1, 16, 64)), ("gamma", (64,)), ("beta", (64,))]
+    sch = check_rule(_legalized(build, params, free=(1, 2)), host, "rows", rtol=1e-4)
+    text = sch.mod.script()
+    lanes = lanes_for(host, 32)
+    vectorized = re.findall(
+        r"for \w+ in T\.vectorized\(T\.int64\((\d+)\)\):\n *with T\.sblock\(\"(\w+_rf)\"\)", text
+    )
+    # The sum and the sum of squares, each a whole vector of partial sums.
+    assert sorted(int(width) for width, _ in vectorized) == [lanes, lanes], vectorized

@@ -15,7 +15,7 @@ from __future__ import annotations
 from tvm_ext.schedules.common import PARALLEL_MIN_WORK, lanes_for
 from tvm_ext.schedules.rules.contraction import find_axes, tile, tile_sizes
 from tvm_ext.schedules.rules.fallback import parallel_spatial, work
-from tvm_ext.schedules.rules.rows import rfactor_lanes
+from tvm_ext.schedules.rules.rows import lane_and_chunk, rfactor_lanes
 
 from tvm_ext.base import tvm_api
 
@@ -60,6 +60,6 @@ def _parallel_rows(sch, block, target) -> None:
         sch.parallel(fused)
     if partial is not None:
         sch.compute_at(partial, fused, preserve_unit_loops=True)  # k0 may be a unit loop
-        k1, k0 = sch.get_loops(partial)[-2:]
+        k1, k0 = lane_and_chunk(sch, partial)
         sch.reorder(k0, k1)
         sch.vectorize(k1)
