@@ -158,7 +158,11 @@ def main() -> None:
         "against the unscheduled build first; every time by TVM's `time_evaluator` "
         f"(`tvm_ext.measure`, median of {args.repeat} runs of >= {args.min_ms} ms). "
         "`odd / padded`: time per call at n over at the padded extent (target <= 1.3); "
-        f"`x unscheduled`: unscheduled time over ours. BLAS: {blas_report()}."
+        "`x unscheduled`: unscheduled time over ours. Each row is the kernel alone: in a "
+        "model, a weight whose output axis is no whole number of 8-lane statements (conv to "
+        "33 or 34 channels, 1025 classes) is padded once at compile time instead "
+        "(`tvm_ext.model_pipeline.layout.whole_vector_weights`), where the kernel alone pads "
+        f"it per call or runs an odd vector. BLAS: {blas_report()}."
     )
     write_section("odd-extents", header, table)
 
