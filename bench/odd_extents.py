@@ -25,13 +25,12 @@ import argparse  # noqa: E402
 import pandas as pd  # noqa: E402
 from _common import blas_report, cpu_name, write_section  # noqa: E402
 from tvm import relax, te, topi  # noqa: E402
-from tvm.script import relax as R  # noqa: E402
 from tvm_ext.schedules.rules import schedule_func  # noqa: E402
 
 import tvm_ext  # noqa: E402
-from tvm_ext.base import tvm_api  # noqa: E402
 from tvm_ext.base.tvm_api import physical_cores  # noqa: E402
 from tvm_ext.hardware.target import host_target, target_cpu  # noqa: E402
+from tvm_ext.workloads.legalized import legalized_func  # noqa: E402
 
 
 def matmul(n):
@@ -52,12 +51,12 @@ def bmm_nt(n):
 
 def softmax(n):
     """Softmax over the last axis of 12 x n x n scores."""
-    return _relax(lambda x: relax.op.nn.softmax(x, axis=-1), [("x", (12, n, n))])
+    return legalized_func(lambda x: relax.op.nn.softmax(x, axis=-1), [("x", (12, n, n))])
 
 
 def conv_nhwc(n):
     """A 3x3 convolution, n channels in and out, on a 14 x 14 map, NHWC / OHWI."""
-    return _relax(
+    return legalized_func(
         lambda x, w: relax.op.nn.conv2d(x, w, padding=1, data_layout="NHWC", kernel_layout="OHWI"),
         [("x", (1, 14, 14, n)), ("w", (n, 3, 3, n))],
         free=(1,),
@@ -66,7 +65,7 @@ def conv_nhwc(n):
 
 def depthwise(n):
     """A 3x3 depthwise convolution, n channels, 28 x 28 map, stride 1, NHWC / OHWI."""
-    return _relax(
+    return legalized_func(
         lambda x, w: relax.op.nn.conv2d(
             x, w, padding=1, groups=n, data_layout="NHWC", kernel_layout="OHWI"
         ),
@@ -77,7 +76,7 @@ def depthwise(n):
 
 def gemv(n):
     """A classifier head: 1 x 1280 @ 1280 x n + bias (mobilenet_v2's 1000 classes)."""
-    return _relax(
+    return legalized_func(
         lambda x, w, b: relax.op.add(relax.op.matmul(x, w), b),
         [("x", (1, 1280)), ("w", (1280, n)), ("b", (n,))],
         free=(1, 2),
@@ -92,22 +91,6 @@ FAMILIES = {
     "depthwise": (depthwise, [33, 34, 24, 40]),
     "gemv": (gemv, [1000, 1025]),
 }
-
-
-def _relax(build, params, free=()):
-    """The one PrimFunc a Relax function ``build(*vars)`` legalizes and fuses to, its
-    parameters at ``free`` marked layout-free (a model's weights)."""
-    bb = relax.BlockBuilder()
-    variables = [relax.Var(name, R.Tensor(shape, "float32")) for name, shape in params]
-    with bb.function("main", variables):
-        with bb.dataflow():
-            out = bb.emit_output(build(*variables))
-        bb.emit_func_output(out)
-    passes = [relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(),
-              relax.transform.FuseOps(), relax.transform.FuseTIR()]  # fmt: skip
-    mod = tvm_api.transform.Sequential(passes)(bb.get())
-    (func,) = [f for f in mod.functions.values() if isinstance(f, tvm_api.PrimFunc)]
-    return func.with_attr("layout_free_buffers", list(free)) if free else func
 
 
 def measure_pair(func, target, args):

@@ -14,31 +14,13 @@ import pytest
 import torch
 from test_rules import check_rule
 from tvm import relax
-from tvm.script import relax as R
 
 import tvm_ext
 from tvm_ext import schedules as S
 from tvm_ext.base import tvm_api
 from tvm_ext.hardware.target import lanes_for
 from tvm_ext.model_pipeline.layout import channels_last, has_nchw_convolutions
-
-
-def _legalized(build, params, free=()):
-    """The one PrimFunc of a Relax function ``build(*vars)`` legalizes to, with the
-    parameters at ``free`` marked layout-free (as Relax marks a model's weights)."""
-    bb = relax.BlockBuilder()
-    variables = [relax.Var(name, R.Tensor(shape, "float32")) for name, shape in params]
-    with bb.function("main", variables):
-        with bb.dataflow():
-            out = bb.emit_output(build(*variables))
-        bb.emit_func_output(out)
-    mod = relax.transform.FuseTIR()(
-        relax.transform.FuseOps()(
-            relax.transform.AnnotateTIROpPattern()(relax.transform.LegalizeOps()(bb.get()))
-        )
-    )
-    (func,) = [f for f in mod.functions.values() if isinstance(f, tvm_api.PrimFunc)]
-    return func.with_attr("layout_free_buffers", list(free)) if free else func
+from tvm_ext.workloads.legalized import legalized_func
 
 
 def depthwise_nhwc(channels, size, kernel, stride):
@@ -59,7 +41,7 @@ def depthwise_nhwc(channels, size, kernel, stride):
         ("scale", (1, 1, 1, channels)),
         ("shift", (1, 1, 1, channels)),
     ]
-    return _legalized(build, params, free=(1, 2, 3))
+    return legalized_func(build, params, free=(1, 2, 3))
 
 
 def _asm(sch, target) -> str:
@@ -92,7 +74,7 @@ def test_pooling_is_a_window_in_either_layout(host, layout, kind, channels, size
     def build(x):
         return pool(x, pool_size=3, strides=2, padding=1, layout=layout)
 
-    sch = check_rule(_legalized(build, [("x", shape)]), host, "window", rtol=1e-5)
+    sch = check_rule(legalized_func(build, [("x", shape)]), host, "window", rtol=1e-5)
     loops = sch.mod.script()
     # 64 x 15 x 15 outputs of 9 points are worth two threads; 24 x 5 x 5 are not.
     assert ("T.parallel" in loops) == (channels == 64)
@@ -107,7 +89,7 @@ def test_a_convolution_over_channels_is_not_a_window(host):
     def build(x, w):
         return relax.op.nn.conv2d(x, w, padding=1, data_layout="NHWC", kernel_layout="OHWI")
 
-    func = _legalized(build, [("x", (1, 9, 9, 16)), ("w", (32, 3, 3, 16))], free=(1,))
+    func = legalized_func(build, [("x", (1, 9, 9, 16)), ("w", (32, 3, 3, 16))], free=(1,))
     check_rule(func, host, "contraction", rtol=1e-4)
 
 
@@ -188,7 +170,7 @@ def test_channels_off_the_vector_width_tile_in_whole_8_lane_statements(host, cha
     def build(x, w):
         return relax.op.nn.conv2d(x, w, data_layout="NHWC", kernel_layout="OHWI")
 
-    func = _legalized(build, [("x", (1, 14, 14, 32)), ("w", (channels, 1, 1, 32))], free=(1,))
+    func = legalized_func(build, [("x", (1, 14, 14, 32)), ("w", (channels, 1, 1, 32))], free=(1,))
     sch = check_rule(func, host, "contraction", rtol=1e-4)
     text = sch.mod.script()
     before, after = text.split('_update"):')
@@ -243,7 +225,7 @@ def test_a_row_reduction_with_a_unit_batch_vectorizes_its_lanes(host):
         return relax.op.nn.layer_norm(x, gamma, beta, axes=[-1])
 
     params = [("x", (1, 16, 64)), ("gamma", (64,)), ("beta", (64,))]
-    sch = check_rule(_legalized(build, params, free=(1, 2)), host, "rows", rtol=1e-4)
+    sch = check_rule(legalized_func(build, params, free=(1, 2)), host, "rows", rtol=1e-4)
     text = sch.mod.script()
     lanes = lanes_for(host, 32)
     vectorized = re.findall(

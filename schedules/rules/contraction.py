@@ -51,23 +51,34 @@ def schedule_func(func, target):
     return sch if sch is not None else _schedule(tvm_api.Schedule(func), func, target, pad=False)
 
 
-def _schedule(sch, func, target, pad: bool):
+def one_reduction(sch):
+    """(pads, reduction, epilogue) of a function that is, after inlining its element-wise
+    prologues, padding stages, one reduction block and at most one injective block after it
+    (a list of zero or one); None for any other shape. The padding stays a stage of its own
+    here (the caller decides: inlined, its condition sits on every load of a contraction's
+    inner loop and LLVM scalarizes it; a 3x3 NCHW conv ran at 1.8 GFLOP/s that way)."""
     blocks = tvm_api.dlight.analysis.normalize_prim_func(sch)
     if blocks is None:
         return None
-    # Padding stays a stage of its own: inlined, its condition sits on every load of the
-    # inner loop and LLVM scalarizes it (a 3x3 NCHW conv ran at 1.8 GFLOP/s that way).
     pads = [b for b in blocks if b.is_injective() and b.is_data_pad(sch)]
     rest = tvm_api.dlight.base.try_inline_contiguous_spatial(
         sch, [b for b in blocks if b not in pads]
     )
     reductions = [b for b in rest if b.is_reduction()]
-    if len(reductions) != 1 or len(rest) > 2 or not _is_float_accumulator(sch, reductions[0]):
+    if len(reductions) != 1 or len(rest) > 2:
         return None
     main = reductions[0]
     epilogue = [b for b in rest if b is not main]
     if epilogue and (rest.index(main) != 0 or not epilogue[0].is_injective()):
         return None  # a block before the reduction that cannot be inlined: not this shape
+    return pads, main, epilogue
+
+
+def _schedule(sch, func, target, pad: bool):
+    shape = one_reduction(sch)
+    if shape is None or not _is_float_accumulator(sch, shape[1]):
+        return None
+    pads, main, epilogue = shape
     axes = find_axes(sch, main, weights=weight_names(func), lanes=lanes_for(target, 32))
     if axes is None:
         return None
@@ -444,4 +455,4 @@ def _parallel(sch, outer) -> None:
         sch.parallel(fused)
 
 
-__all__ = ["Axes", "NAME", "find_axes", "schedule_func", "tile"]
+__all__ = ["Axes", "NAME", "find_axes", "one_reduction", "schedule_func", "tile"]

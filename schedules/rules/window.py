@@ -26,6 +26,7 @@ from __future__ import annotations
 from tvm_ext.schedules.common import PARALLEL_MIN_WORK, lanes_for
 from tvm_ext.schedules.rules.contraction import (
     Axes,
+    one_reduction,
     pack_operands,
     statement_width,
     static_extents,
@@ -45,20 +46,10 @@ MAX_WINDOW = 64
 
 def schedule_func(func, target):
     sch = tvm_api.Schedule(func)
-    blocks = tvm_api.dlight.analysis.normalize_prim_func(sch)
-    if blocks is None:
+    shape = one_reduction(sch)
+    if shape is None:
         return None
-    pads = [b for b in blocks if b.is_injective() and b.is_data_pad(sch)]
-    rest = tvm_api.dlight.base.try_inline_contiguous_spatial(
-        sch, [b for b in blocks if b not in pads]
-    )
-    reductions = [b for b in rest if b.is_reduction()]
-    if len(reductions) != 1 or len(rest) > 2:
-        return None
-    main = reductions[0]
-    epilogue = [b for b in rest if b is not main]
-    if epilogue and (rest.index(main) != 0 or not epilogue[0].is_injective()):
-        return None
+    pads, main, epilogue = shape
     weights = weight_names(func)
     axes = window_axes(sch, main, weights)
     if axes is None:
