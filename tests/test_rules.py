@@ -153,9 +153,29 @@ def test_softmax_and_layernorm_as_fuseops_gives_them_are_rows(host):
 
 
 def test_injective_functions_and_rule_order(host):
+    """Where two rules could take a function, the earlier one in ``CPU_RULES`` does: the
+    fallback takes a transpose too and the contraction rule a depthwise convolution too, but
+    ``injective`` and ``window`` come first."""
+    from tvm_ext.schedules.rules import contraction, fallback
+
+    from tvm_ext.workloads.legalized import legalized_func
+
     X = te.placeholder((32, 48), name="X")
     Y = te.compute((48, 32), lambda i, j: X[j, i] * 2.0, name="Y")
-    check_rule(te.create_prim_func([X, Y]), host, "injective")
+    transpose = te.create_prim_func([X, Y]).with_attr("global_symbol", "main")
+    assert fallback.schedule_func(transpose, host) is not None
+    check_rule(transpose, host, "injective")
+
+    def depthwise(x, w):
+        return relax.op.nn.conv2d(x, w, padding=1, groups=32, data_layout="NHWC",
+                                  kernel_layout="OHWI")  # fmt: skip
+
+    conv = legalized_func(depthwise, [("x", (1, 9, 9, 32)), ("w", (32, 3, 3, 1))], free=(1,))
+    assert contraction.schedule_func(conv.with_attr("global_symbol", "main"), host) is not None
+    check_rule(conv, host, "window", rtol=1e-4)
+    names = [rule.NAME for rule in S.rules.CPU_RULES]
+    assert names.index("injective") < names.index("fallback")
+    assert names.index("window") < names.index("contraction")
 
 
 def test_apply_covers_every_function_of_a_model(host):

@@ -16,7 +16,6 @@ from test_rules import check_rule
 from tvm import relax
 
 import tvm_ext
-from tvm_ext import schedules as S
 from tvm_ext.base import tvm_api
 from tvm_ext.hardware.target import lanes_for
 from tvm_ext.model_pipeline.layout import channels_last, has_nchw_convolutions
@@ -153,11 +152,6 @@ def test_a_model_without_convolutions_keeps_its_layout():
     mod = tvm_ext.build_suite("bert", "small").mod
     assert not has_nchw_convolutions(mod)
     assert channels_last(mod) is mod
-
-
-def test_window_rule_comes_before_contraction():
-    names = [rule.NAME for rule in S.rules.CPU_RULES]
-    assert names.index("window") < names.index("contraction")
 
 
 @pytest.mark.parametrize("channels", [24, 40, 120])
