@@ -262,10 +262,12 @@ def test_tiny_tune_reports_both_stages(tmp_path, host):
     assert st["dropped"] == len(st["dropped_records"])
     for record in st["dropped_records"]:
         assert record["stage"] in (1, 2) and record["bound_s"] >= record["incumbent_s"]
-    # Audit: the dropped were measured too. No stage-2 bound is above a measured time.
+    # Audit: the dropped were measured too. No stage-2 bound is above a measured time, no
+    # run beat its bound (violations) and none the cut dropped would have won (regrets).
     for bound, secs, binding, _ in st["records"]:
         if binding == ARM:
             assert secs >= bound
+    assert st["violations"] == 0 and st["regrets"] == 0, st
     manifest = read_manifest(tmp_path / result.log_folder.split(str(tmp_path) + "/", 1)[1])
     assert manifest["trials"]["dropped_stage2"] == st["dropped_stage2"]
     assert len(manifest["dropped_candidates"]) == st["dropped"]
