@@ -175,7 +175,8 @@ lines = (tmp / "database_tuning_record.json").read_text().splitlines()
 (tmp / "database_tuning_record.json").write_text("\\n".join(lines + [lines[0][:40]]))
 manifest["structural_hash"] = json.loads((folder / "manifest.json").read_text())["structural_hash"]
 (tmp / "manifest.json").write_text(json.dumps(manifest))
-refused(tmp, CorruptLog, f"line {len(lines) + 1}")  # the torn line, by number'''),
+refused(tmp, CorruptLog, f"line {len(lines) + 1}")  # the torn line, by number
+shutil.rmtree(tmp.parent)  # the scratch copy, not left behind'''),
 ]
 
 POLICIES = [
