@@ -113,12 +113,12 @@ def as_numpy(out):
     return np.asarray(out)
 
 
-def add_timing_args(parser) -> None:
+def add_timing_args(parser, rounds: int = 3, repeat: int = 5, min_ms: int = 200) -> None:
     """The one timing protocol's options (see ``time_callable``), with the README ones: every
-    side-by-side script takes them with these defaults."""
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
-    parser.add_argument("--repeat", type=int, default=5, help="timed samples per round")
-    parser.add_argument("--min-ms", type=int, default=200, help="minimum ms per sample")
+    side-by-side script takes them (defaults: ``rounds``, ``repeat``, ``min_ms``)."""
+    parser.add_argument("--rounds", type=int, default=rounds, help="interleaved rounds")
+    parser.add_argument("--repeat", type=int, default=repeat, help="timed samples per round")
+    parser.add_argument("--min-ms", type=int, default=min_ms, help="minimum ms per sample")
     parser.add_argument("--pause", type=float, default=0.5, help="seconds between contenders")
     parser.add_argument("--no-readme", action="store_true", help="do not update bench/README.md")
     parser.add_argument("--note", default="", help="a sentence for the README (e.g. load)")

@@ -28,7 +28,13 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 
 import pandas as pd  # noqa: E402
-from _common import blas_report, cpu_name, time_callable, write_section  # noqa: E402
+from _common import (  # noqa: E402
+    add_timing_args,
+    blas_report,
+    cpu_name,
+    time_callable,
+    write_section,
+)
 from threadpoolctl import threadpool_limits  # noqa: E402
 
 import tvm_ext  # noqa: E402
@@ -115,15 +121,10 @@ def parse_args(cores: int) -> argparse.Namespace:
     parser.add_argument("--models", default=",".join(models.ZOO), help="comma-separated names")
     parser.add_argument("--batches", default=f"1,{cores}", help="batch sizes (default 1,cores)")
     parser.add_argument("--size", default="full", choices=models.SIZES)
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
-    parser.add_argument("--repeat", type=int, default=7, help="timed repeats per round")
-    parser.add_argument("--min-ms", type=int, default=100, help="minimum ms per repeat")
-    parser.add_argument("--pause", type=float, default=0.5, help="seconds between contenders")
+    add_timing_args(parser, rounds=5, repeat=7, min_ms=100)
     parser.add_argument("--quick", action="store_true", help="2 rounds of 3 short repeats")
     parser.add_argument("--no-torch-compile", dest="torch_compile", action="store_false")
     parser.add_argument("--tables", action="store_true", help="print each model's rule table")
-    parser.add_argument("--note", default="", help="a sentence for the README (e.g. load)")
-    parser.add_argument("--no-readme", action="store_true", help="do not update bench/README.md")
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.repeat, args.min_ms, args.pause = 2, 3, 20, 0.1

@@ -31,16 +31,14 @@ CONV = "relax.nn.conv2d"
 
 
 def has_nchw_convolutions(mod) -> bool:
-    """Whether a Relax function of ``mod`` holds a 2-D convolution in NCHW."""
-    found = []
-
-    def look(call):
-        if tvm_api.call_name(call) == CONV and str(call.attrs.data_layout) == "NCHW":
-            found.append(call)
-        return None
-
-    tvm_api.rewrite_calls(mod, look)
-    return bool(found)
+    """Whether a Relax function of ``mod`` binds a 2-D convolution in NCHW (a read of its
+    bindings: nothing is rewritten)."""
+    return any(
+        tvm_api.call_name(value) == CONV and str(value.attrs.data_layout) == "NCHW"
+        for func in mod.functions.values()
+        if not isinstance(func, tvm_api.PrimFunc)
+        for _, value in tvm_api.bindings(func)
+    )
 
 
 def channels_last(mod):
