@@ -21,6 +21,7 @@ from typing import Literal
 from tvm_ext.base import tvm_api
 from tvm_ext.base.checks import checked_int
 from tvm_ext.base.errors import (
+    CorruptLog,
     DeviceError,
     ParityError,
     PolicyError,
@@ -31,6 +32,7 @@ from tvm_ext.cost import evaluate
 from tvm_ext.kernel_tuner.cost_models import PolicyCostModel
 from tvm_ext.kernel_tuner.progress import ProgressCallback
 from tvm_ext.kernel_tuner.pruning import PruningSearch
+from tvm_ext.kernel_tuner.replayer import apply_logged_trace, logged_trace
 from tvm_ext.kernel_tuner.session import Session, Task
 from tvm_ext.kernel_tuner.space import design_space
 from tvm_ext.measurement.measure import Measurement, measure
@@ -56,7 +58,7 @@ class Seed:
     database: object  # MetaSchedule's JSONDatabase in the work dir
     hand: "tvm_api.Schedule | None"
     hand_s: float  # the hand schedule's time (inf without one)
-    log_best_s: float  # the best time of the earlier log copied in (inf without one)
+    log_best_s: float  # the earlier log's chosen record, re-measured now (inf without one)
     ready_after_s: float | None  # seconds from the session start to the hand measurement
 
     @property
@@ -98,7 +100,10 @@ def seed(task: Task, session: Session, folder=None, use_hand: bool = True) -> Se
         session.builder.wait_ready()
         hand_s = measure_on_task(task, hand, repeat=5, min_repeat_ms=20).seconds
         ready = time.perf_counter() - session.started
-    log_best = copy_log_into(folder, session.work_dir, task.func) if folder else math.inf
+    copied = bool(folder) and copy_log_into(folder, session.work_dir, task.func)
+    if copied and hand is None:
+        session.builder.wait_ready()
+    log_best = verified_log_best(task, folder) if copied else math.inf
     database = tvm_api.ms.database.JSONDatabase(work_dir=session.work_dir)
     if hand is not None:
         ms = tvm_api.ms
@@ -127,19 +132,36 @@ def measure_on_task(task: Task, sch, **options) -> Measurement:
         raise TuneError(f"tuning {task.label}: {err}", first_failure=str(err)) from err
 
 
-def copy_log_into(folder, work_dir: str, func) -> float:
-    """Start from an existing log of this workload: its records seed the search; returns its
-    best time (the initial cut), or inf when there is no usable log."""
+def copy_log_into(folder, work_dir: str, func) -> bool:
+    """Start from an existing log of this workload: its records seed the search. False when
+    there is no usable log."""
     folder = pathlib.Path(folder)
     if not (folder / "manifest.json").exists():
-        return math.inf
+        return False
     manifest = read_manifest(folder)
     if manifest.get("structural_hash") != structural_hash(func):
         log.warning("ignoring %s: it was tuned for a different workload", folder)
-        return math.inf
+        return False
     for name in (WORKLOADS_FILE, RECORDS_FILE):
         shutil.copyfile(folder / name, pathlib.Path(work_dir) / name)
-    return float(manifest.get("best_seconds") or math.inf)
+    return True
+
+
+def verified_log_best(task: Task, folder) -> float:
+    """The initial cut an earlier log gives: the record a replay would apply, parity-checked
+    and timed now, on this host. Never the manifest's ``best_seconds``: a time from another
+    day or host, a lucky run kept as the all-time minimum, or one never checked (a tune
+    stopped early stores its incumbent with parity unknown) would cut this tune's candidates
+    with a time nothing here achieves. inf (no cut) when the record fails to apply, to build
+    or to match the reference (a warning says which)."""
+    folder = pathlib.Path(folder)
+    try:
+        sch = apply_logged_trace(task.func, logged_trace(folder, read_manifest(folder)))
+        return measure_on_task(task, sch, repeat=5, min_repeat_ms=20).seconds
+    except (ParityError, TuneError, CorruptLog, RuntimeError, ValueError, TypeError) as err:
+        log.warning("the best record of %s gives no initial cut: %s", folder,
+                    str(err).splitlines()[0] if str(err) else type(err).__name__)  # fmt: skip
+        return math.inf
 
 
 def run_search(task: Task, session: Session, database, *, strategy, cost_model, trials: int,

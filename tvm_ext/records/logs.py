@@ -221,9 +221,15 @@ def merge_into_log(
         previous = read_manifest(folder) if (folder / MANIFEST_FILE).exists() else {}
         manifest = dict(manifest)
         manifest["best_record"] = len(old) + 1 if best_is_first_new and new else None
-        if previous:  # keep the best figures across tunes of the same workload
+        if previous:
             manifest["tunes"] = previous.get("tunes", 1) + 1
-            if previous.get("best_seconds", float("inf")) < manifest["best_seconds"]:
+            # The figures are this tune's, measured and parity-checked now (its selection
+            # re-timed the fastest record, old ones included): an earlier tune's smaller
+            # time is no fact about today. Only a tune stopped before that check keeps the
+            # earlier, checked figures it cannot vouch for itself.
+            unchecked = (manifest.get("parity") or {}).get("ok") is not True
+            checked_before = (previous.get("parity") or {}).get("ok") is True
+            if unchecked and checked_before:
                 for key in ("best_seconds", "best_gflops", "parity", "binding"):
                     manifest[key] = previous[key]
                 for key in ("peak_gflops", "measured_on"):  # absent from older manifests
