@@ -18,10 +18,12 @@ from typing import Mapping
 import numpy as np
 
 from tvm_ext.base import tvm_api
-from tvm_ext.hardware.target import as_target, lanes_for, target_cores
+from tvm_ext.hardware.target import as_target, cpu_features, lanes_for, target_cores
 from tvm_ext.workloads.kernels import Workload, from_func, np_dtype
 
 from .walk import BlockFacts, Unsupported, Walker  # noqa: F401  (BlockFacts re-exported)
+
+_DEFAULT_FP = {"fp_contract": True, "fp_reassoc": False}
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,12 @@ class CandidateFeatures:
     # :func:`store_feature_summary`); derived only on request (``features(..., stores=True)``).
     store_features: tuple[float, ...] | None = None
     missing: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # What the target lets LLVM do with a floating-point reduction (see
+    # :func:`fp_reduction_facts`): fuse ``acc + x * y`` into one FMA (the target has FMA), and
+    # reorder its steps (fast-math flags, or LLVM options the facts cannot read). Records
+    # written before these facts were derived come from FMA targets without fast-math.
+    fp_contract: bool = True
+    fp_reassoc: bool = False
 
     def available(self, name: str) -> bool:
         """Whether fact ``name`` was derived (False: see ``missing[name]``)."""
@@ -59,6 +67,9 @@ class CandidateFeatures:
         out["blocks"] = [asdict(b) for b in self.blocks]
         out["missing"] = dict(self.missing)
         out["store_features"] = list(self.store_features) if self.store_features else None
+        for name in ("fp_contract", "fp_reassoc"):  # written only where not the default, so
+            if out[name] == _DEFAULT_FP[name]:  # records of FMA targets without fast-math
+                del out[name]  # read the same as before these facts existed
         return out
 
     @classmethod
@@ -126,6 +137,25 @@ def _param_bytes(func) -> int:
     )
 
 
+# The dtype a candidate's arithmetic is priced at (the compute arm's dtype speedup), from the
+# dtypes of its parameters: the one whose class the hardware runs fastest, so that a bound can
+# only read low. 8-bit ints (and booleans, one byte each) come first: dot-product instructions
+# (VNNI, AMX) or 64 byte lanes a register; then the 16-bit types (twice the fp32 lanes).
+_PRICING_ORDER = ("int8", "uint8", "bool", "bfloat16", "float16", "int16", "uint16")
+
+
+def pricing_dtype(func) -> str:
+    """The dtype :class:`CandidateFeatures` prices ``func``'s arithmetic at: the fastest class
+    among its parameters' dtypes (see ``_PRICING_ORDER``), else ``float32`` for floats, else
+    the first parameter's (all price at the fp32 rate). Not the output's: a u8 x s8 -> i32
+    matmul stores ``int32`` but multiplies bytes, at 4x the fp32 FMA rate or more."""
+    dtypes = [str(p.dtype) for p in func.params]
+    for name in _PRICING_ORDER:
+        if name in dtypes:
+            return name
+    return "float32" if any(d.startswith("float") for d in dtypes) or not dtypes else dtypes[0]
+
+
 N_STORE_FEATURES = 164  # the width of MetaSchedule's PerStoreFeature rows (TVM 0.27)
 STORE_SUMMARY = ("n_stores",) + tuple(
     f"{agg}_{i}" for agg in ("mean", "max") for i in range(N_STORE_FEATURES)
@@ -161,6 +191,24 @@ def store_feature_summary(obj, target) -> tuple[float, ...]:
     return (count, *map(float, matrix.mean(axis=0)), *map(float, matrix.max(axis=0)))
 
 
+_REASSOC_FLAGS = ("fast-math", "fast-math-reassoc")
+
+
+def fp_reduction_facts(target) -> tuple[bool, bool]:
+    """(contract, reassoc) for an llvm ``target``: whether ``acc + x * y`` may be one FMA (the
+    target's CPU has FMA: TVM lets LLVM fuse, every candidate of the bound study did), and
+    whether a reduction's steps may be reordered (``fast-math``, ``fast-math-reassoc``, or any
+    ``cl-opt``, whose LLVM options the facts do not interpret). Other targets: (True, True),
+    i.e. no chain is established."""
+    if target.kind.name != "llvm":
+        return True, True
+    attrs = target.attrs
+    reassoc = any(bool(attrs.get(flag, False)) for flag in _REASSOC_FLAGS) or bool(
+        list(attrs.get("cl-opt", ()))
+    )
+    return "fma" in cpu_features(target), reassoc
+
+
 def features(
     obj, target=None, workload: Workload | None = None, *, stores: bool = False
 ) -> CandidateFeatures:
@@ -170,6 +218,7 @@ def features(
     func = tvm_api.main_func(tvm_api.as_module(obj))
     workload = workload if workload is not None else from_func(func)
     kind = target.kind.name
+    contract, reassoc = fp_reduction_facts(target)
     cores = target_cores(target) if kind == "llvm" else 1
     walker = Walker(cores, lanes_for(target, 32) if kind == "llvm" else 1)
     missing: dict[str, str] = {}
@@ -214,9 +263,7 @@ def features(
         cores=cores,
         flops=flops,
         flops_exact=exact,
-        dtype=workload.dtype
-        if workload is not None
-        else (blocks[-1].dtype if blocks else "float32"),
+        dtype=workload.dtype if workload is not None else pricing_dtype(func),
         bytes=MappingProxyType(level_bytes),
         blocks=blocks,
         parallel_extent=max((b.parallel_extent for b in blocks), default=1) if agg else None,
@@ -228,5 +275,7 @@ def features(
         shared_bytes=shared,
         local_bytes=local,
         store_features=store_feature_summary(obj, target) if stores else None,
+        fp_contract=contract,
+        fp_reassoc=reassoc,
         missing=MappingProxyType(missing),
     )

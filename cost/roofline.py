@@ -8,21 +8,24 @@ a busy host cannot make them read low. Only the memory arms rest on probes (see 
 
 - ``compute``: each block's distinct instances (LLVM may hoist recomputation) need their
   multiplies on the FMA pipes (``FMA_PIPES`` a cycle) and all their floating-point
-  instructions, every multiply-add pair fused, on the FP pipes (``FP_PIPES`` a cycle); each
+  instructions, every multiply-add pair fused, on the FP pipes (``FP_PIPES`` a cycle; twice
+  that on a CPU the tables do not name, :func:`~tvm_ext.hardware.isa.port_limits`); each
   pipe does at most the FMA datapath's lanes per pass. The lanes are the full width for
   any vector code (TVM's own vectors narrower than a register may be joined by instruction
   selection: ``cost/walk._possible_lanes``) and for scalar code LLVM could still vectorize
-  (any spatial loop with at most 1024 inner iterations: shared/bound-study.md); else one. A
+  (any spatial loop with at most 1024 inner iterations: ``tests/test_llvm_reach.py``); else
+  one. A
   block runs on the cores its parallel loops can occupy (``P / ceil(P / cores)``); blocks
-  share the pipes, so their times add. int8/bf16 are priced at their dot-product peaks, fp16
-  at twice the fp32 rate (AVX512-FP16 FMAs do 32 half lanes a zmm).
+  share the pipes, so their times add. The arithmetic is priced at the dtype the candidate's
+  parameters allow the fastest (:func:`tvm_ext.cost.features.pricing_dtype`: a u8 x s8 -> i32
+  matmul at the int8 rate, not its output's) by :func:`dtype_speedup`.
 - ``issue``: every distinct element a run of the loop just outside the compiler's unroll
   reach (see ``cost/walk.py``) touches goes through a load or store port in that run, but
   what the registers carried in (at most ``REGISTER_BYTES``); a port slot moves at most one
   vector of consecutive elements; at most ``LOADS_PER_CYCLE`` loads of
   ``LOAD_BYTES_PER_CYCLE`` bytes and ``STORES_PER_CYCLE`` stores of ``STORE_BYTES_PER_CYCLE``
-  bytes issue per cycle. Blocks that share the run loop may share loads: the largest of
-  them counts; separate run loops add.
+  bytes issue per cycle (twice each on a CPU the tables do not name). Blocks that share the
+  run loop may share loads: the largest of them counts; separate run loops add.
 - ``memory.llc`` / ``memory.dram``: the compulsory bytes (every parameter once) beyond what
   every core's L2 (resp. the whole chip) can hold move through the LLC (resp. DRAM), at its
   probed bandwidth times ``slack``. These are the only probe-based arms: what protects them
@@ -61,10 +64,33 @@ from .features import CandidateFeatures, features
 from .policy import Cost, ExecutionCostPolicy
 
 AUTO_VECTOR_LANES = 8  # LLVM's own loop vectorizer emits ymm (8 fp32 lanes) here
-# LLVM runs at most this many copies of a loop body side by side: its x86 interleave factor
-# is at most 4 (X86TTIImpl::getMaxInterleaveFactor) and its runtime unroll count 8.
-MAX_LOCKSTEP = 8
+# LLVM runs at most this many copies of a loop body side by side (the vectorizer's interleave,
+# at most 4 on x86, times the unroller's count on the vector loop): 16 seen for the smallest
+# reduction bodies built for Zen 3-5, 8 for Intel's (tests/test_llvm_reach.py pins it on this
+# LLVM; 8 was an argument from the interleave and unroll limits that the sweep broke).
+MAX_LOCKSTEP = 16
 _FLOAT = ("float16", "float32", "float64", "bfloat16")
+
+
+def _per_byte(figure, slack: float) -> float:
+    """Seconds per byte at a bandwidth figure times ``slack``; 0 (no arm) when provisional."""
+    return 0.0 if figure.provisional else 1.0 / (figure.value * slack)
+
+
+def dtype_speedup(dtype: str, k: Mapping[str, float]) -> float:
+    """How many times the fp32 FMA rate a ``dtype`` candidate's arithmetic may run at, at most
+    (a bound prices it this fast). 8-bit ints: the probe's dot-product ratio (VNNI 4x, AMX
+    32x), and never under 4x: without VNNI, ``vpmaddubsw`` and plain byte arithmetic still
+    fill a register with four times the fp32 lanes. 16-bit types: twice the fp32 lanes
+    (AVX512-FP16, ``vpmaddwd``), or the probe's bf16 ratio (AMX) where higher. Everything else
+    (fp32, int32, 64-bit types) at most the fp32 lane rate."""
+    if dtype in ("int8", "uint8", "bool"):
+        return max(k["int8_speedup"], 4.0)
+    if dtype == "bfloat16":
+        return max(k["bf16_speedup"], 2.0)
+    if dtype in ("float16", "int16", "uint16"):
+        return 2.0
+    return 1.0
 
 
 class RooflinePolicy(ExecutionCostPolicy):
@@ -91,6 +117,10 @@ class RooflinePolicy(ExecutionCostPolicy):
         "narrow_fma_lanes",
         "reorder_window",
         "stores_per_cycle",
+        "loads_per_cycle",
+        "load_bytes_per_cycle",
+        "store_bytes_per_cycle",
+        "fp_pipes",
     )
 
     def __init__(self, slack: float = 1.25):
@@ -118,10 +148,13 @@ class RooflinePolicy(ExecutionCostPolicy):
         peak = max(ceiling, limits.peak("float32") * s)
         cycle = 1.0 / isa.max_boost_hz(cpu)
         known = cpu in isa.MAX_BOOST_GHZ
+        ports = isa.port_limits(cpu)
         return {
             "lane_flop": limits.cores * lanes / peak,
-            "llc_byte": 1.0 / (limits.bandwidth["llc"].value * s),
-            "dram_byte": 1.0 / (limits.bandwidth["dram"].value * s),
+            # A provisional bandwidth (its probes disagreed: it may read low by more than the
+            # slack covers, or a kernel beat it) bounds nothing: no memory arm rests on it.
+            "llc_byte": _per_byte(limits.bandwidth["llc"], s),
+            "dram_byte": _per_byte(limits.bandwidth["dram"], s),
             "chain_step": min(isa.fma_latency_floor_s(cpu), limits.fma_latency.value / s),
             "add_step": isa.fadd_latency_floor_s(cpu),
             "max_step": isa.fmax_latency_floor_s(cpu),
@@ -138,7 +171,13 @@ class RooflinePolicy(ExecutionCostPolicy):
             "datapath_lanes": float(isa.fma_datapath_lanes(cpu, lanes)),
             "narrow_fma_lanes": 0.0 if known else 16.0,  # an unnamed CPU may be a Skymont
             "reorder_window": float(isa.reorder_window(cpu)),
-            "stores_per_cycle": float(isa.stores_per_cycle(cpu)),
+            # The ports of the CPU's own table; a CPU the tables do not name may be a later
+            # core with wider ports (isa.port_limits doubles them, at stage 1 as at stage 2).
+            "stores_per_cycle": float(ports[2]),
+            "loads_per_cycle": float(ports[0]),
+            "load_bytes_per_cycle": float(ports[1]),
+            "store_bytes_per_cycle": float(ports[3]),
+            "fp_pipes": float(ports[4]),
         }
 
     def arms(self, c: CandidateFeatures, k: Mapping[str, float]) -> dict[str, float]:
@@ -191,12 +230,8 @@ class RooflinePolicy(ExecutionCostPolicy):
         """Arithmetic time: per-block lanes and cores when every block was counted, else the
         whole candidate's FLOPs at full width on the cores of its least parallel block."""
         max_lanes = k["max_lanes"]
-        speedup = {
-            "int8": k["int8_speedup"],
-            "uint8": k["int8_speedup"],
-            "bfloat16": k["bf16_speedup"],
-            "float16": 2.0,  # AVX512-FP16 does 32 half lanes a zmm FMA
-        }.get(c.dtype, 1.0)
+        speedup = dtype_speedup(c.dtype, k)
+        fp_pipes = k.get("fp_pipes") or 2 * isa.FP_PIPES
         counted = [b for b in c.blocks if b.unique_flops is not None]
         if c.blocks and len(counted) == len(c.blocks) and k["flop_cycle_s"] > 0:
             total = 0.0
@@ -215,8 +250,8 @@ class RooflinePolicy(ExecutionCostPolicy):
                     # FLOP-equivalents: a multiply takes an FMA-pipe slot (2 FLOPs' worth), any
                     # FP instruction half of one (FP_PIPES = 2 x FMA_PIPES).
                     unique = min(b.instances, b.unique_instances)
-                    per = max(2 * b.muls_per_instance, b.ops_per_instance * 2 * isa.FMA_PIPES
-                              / isa.FP_PIPES)  # fmt: skip
+                    per = max(2 * b.muls_per_instance,
+                              b.ops_per_instance * 2 * k["fma_pipes"] / fp_pipes)  # fmt: skip
                     flops = unique * per
                 rate = 2.0 * self._lane_rate(lanes, k) / k["flop_cycle_s"]  # FLOP/s per core
                 total += flops / (b.cores_used * rate)
@@ -235,10 +270,10 @@ class RooflinePolicy(ExecutionCostPolicy):
             if b.mem_runs <= 0:
                 continue
             cycles = max(
-                b.load_slots / isa.LOADS_PER_CYCLE,
-                b.load_bytes / isa.LOAD_BYTES_PER_CYCLE,
+                b.load_slots / (k.get("loads_per_cycle") or 2 * isa.LOADS_PER_CYCLE),
+                b.load_bytes / (k.get("load_bytes_per_cycle") or 2 * isa.LOAD_BYTES_PER_CYCLE),
                 b.store_slots / (k.get("stores_per_cycle") or 2 * isa.STORES_PER_CYCLE),
-                b.store_bytes / isa.STORE_BYTES_PER_CYCLE,
+                b.store_bytes / (k.get("store_bytes_per_cycle") or 2 * isa.STORE_BYTES_PER_CYCLE),
             )
             t = b.mem_runs / b.cores_used * cycles * k["cycle_s"]
             groups[b.mem_group] = max(groups.get(b.mem_group, 0.0), t)
@@ -248,21 +283,24 @@ class RooflinePolicy(ExecutionCostPolicy):
     def _memory(c: CandidateFeatures, k: Mapping[str, float]) -> dict[str, float]:
         """Compulsory bytes beyond the caches at the bandwidth of the level below them."""
         low = c.bytes["dram"][0] if c.bytes.get("dram") else None
-        if low is None or k["llc_byte"] <= 0:
+        if low is None:
             return {}
-        if low > k["on_chip_bytes"]:
+        if low > k["on_chip_bytes"] and k["dram_byte"] > 0:
             return {"memory.dram": (low - k["on_chip_bytes"]) * k["dram_byte"]}
-        if low > k["l2_bytes"]:
+        if low > k["l2_bytes"] and k["llc_byte"] > 0:  # bytes beyond L2 pass the LLC at least
             return {"memory.llc": (low - k["l2_bytes"]) * k["llc_byte"]}
         return {}
 
     def _chain(self, c: CandidateFeatures, k: Mapping[str, float]) -> float | None:
         """The reduction dependency chain, the largest over blocks.
 
-        Facts: TVM passes LLVM no fast-math flags, so an fp reduction's steps run in order
-        (no reassociation; an ``acc + x * y`` step is contracted to one FMA, and takes at
-        least ``MIN_FMA_LATENCY_CYCLES``; a plain add ``MIN_FADD_LATENCY_CYCLES``, a max or
-        min ``MIN_FMAX_LATENCY_CYCLES``); a step starts only after its instruction is in the
+        Facts: a target without fast-math flags (nor LLVM options, ``cl-opt``, which these
+        facts do not read) lets LLVM no reassociation, so an fp reduction's steps run in order
+        (``CandidateFeatures.fp_reassoc``; with it, no chain is established and there is no
+        arm); on a target with FMA an ``acc + x * y`` step is contracted to one FMA and takes
+        at least ``MIN_FMA_LATENCY_CYCLES`` (without FMA, ``fp_contract`` false, the multiply
+        leaves the chain and the step is an add); a plain add ``MIN_FADD_LATENCY_CYCLES``, a
+        max or min ``MIN_FMAX_LATENCY_CYCLES``; a step starts only after its instruction is in the
         reorder window, which holds at most ``W`` instructions
         (:func:`~tvm_ext.hardware.isa.reorder_window`). A chain recomputed by loops around its
         whole segment (``chain_repeats``) runs again each time: LLVM hoists instructions out
@@ -292,6 +330,8 @@ class RooflinePolicy(ExecutionCostPolicy):
         own segment gains ``S - W`` latencies per segment: at least
         ``floor(M / S) * (S - W)`` latencies in all.
         """
+        if c.fp_reassoc:
+            return None
         worst = None
         window = k.get("reorder_window") or isa.MAX_REORDER_WINDOW
         max_lanes = k.get("max_lanes") or 1.0
@@ -300,7 +340,8 @@ class RooflinePolicy(ExecutionCostPolicy):
                 continue
             if b.dtype not in _FLOAT or b.segment_length <= 0:
                 continue  # integer adds take one cycle: no chain worth pricing
-            ops = {"fma": k.get("chain_step"), "add": k.get("add_step"), "max": k.get("max_step")}
+            fma = k.get("chain_step") if c.fp_contract else k.get("add_step")
+            ops = {"fma": fma, "add": k.get("add_step"), "max": k.get("max_step")}
             step = ops.get(b.chain_op)
             if not step:
                 continue
@@ -329,12 +370,8 @@ class RooflinePolicy(ExecutionCostPolicy):
         known (no FLOP count, no machine model)."""
         arms = []
         if k["lane_flop"] > 0 and c.flops is not None:
-            speedup = {
-                "int8": k["int8_speedup"],
-                "uint8": k["int8_speedup"],
-                "bfloat16": k["bf16_speedup"],
-                "float16": 2.0,
-            }.get(c.dtype, 1.0)
+            speedup = dtype_speedup(c.dtype, k)
+            fp_pipes = k.get("fp_pipes") or 2 * isa.FP_PIPES
             flops = float(c.flops)
             counted = [b for b in c.blocks if b.muls_per_instance is not None]
             if counted and len(counted) == len(c.blocks) and speedup == 1.0:
@@ -343,7 +380,7 @@ class RooflinePolicy(ExecutionCostPolicy):
                 flops = min(flops, sum(
                     min(b.instances, b.unique_instances) * max(
                         2 * b.muls_per_instance,
-                        b.ops_per_instance * 2 * isa.FMA_PIPES / isa.FP_PIPES)
+                        b.ops_per_instance * 2 * k["fma_pipes"] / fp_pipes)
                     for b in counted))  # fmt: skip
             arms.append(flops * k["lane_flop"] / (c.cores * k["max_lanes"] * speedup))
         arms.extend(self._memory(c, k).values())

@@ -52,8 +52,10 @@ from .features import STORE_SUMMARY
 # 2: the roofline of issue 16 (ISA ceilings, issue arm, chain from segments); 3: a chain inside
 # the unroll reach is not charged its repeats; 4: nor is an issue run; 5: the issue arm reads
 # through fused loops outside its run; 6: the phases arm, and long segments walked one by one;
-# 7: explicit vectors narrower than a register are no cap (the backend may join them).
-FEATURE_VERSION = 7
+# 7: explicit vectors narrower than a register are no cap (the backend may join them); 8: up to
+# 16 loop copies side by side (MAX_LOCKSTEP), dtype pricing from the parameters, the target's
+# FMA and reassociation facts, an unnamed CPU's ports widened at stage 1.
+FEATURE_VERSION = 8
 ROOFLINE_ARMS = ("compute", "memory.llc", "memory.dram", "dependency", "issue")
 ID_COLUMNS = (
     "workload",

@@ -15,6 +15,7 @@ import pathlib
 import pytest
 from tvm_ext.cost import RooflinePolicy, evaluate, features
 from tvm_ext.cost.policy import validated_coefficients
+from tvm_ext.cost.roofline import MAX_LOCKSTEP
 
 import tvm_ext
 from tvm_ext import kernels as K
@@ -272,7 +273,7 @@ def test_chain_arm_counts_segments_of_split_reductions(target, model):
     policy = RooflinePolicy()
     k = validated_coefficients(policy, model)
     steps = 256**3 / block.cores_used / block.lanes_bound
-    group = 8 * 32
+    group = MAX_LOCKSTEP * 32
     hops = math.floor(steps / (k["reorder_window"] + 2 * group))
     assert cost.arms["dependency"] == pytest.approx(k["chain_step"] * 32 * hops)
     assert cost.arms["dependency"] < cost.arms["compute"]

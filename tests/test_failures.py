@@ -202,7 +202,7 @@ def test_roofline_warning_knows_the_memory_level_and_names_the_users_function(
         tvm_ext.measure(sch, target=host, reference=func, machine=slow_memory, repeat=1)
     assert "roofline" not in caplog.text
     tiny_peak = machine.with_overrides({"peak.float32": 1.0})  # a model below the machine
-    with caplog.at_level(logging.WARNING, logger="tvm_ext.measurement.measure"):
+    with caplog.at_level(logging.WARNING, logger="tvm_ext.hardware.machine"):
         m = tvm_ext.measure(sch, target=host, reference=func, machine=tiny_peak, repeat=1)
     assert m.roofline_fraction > 1
     assert "my_saxpy ran at" in caplog.text and "fit in L2: the roof is its compute peak" in (

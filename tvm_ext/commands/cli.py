@@ -29,6 +29,7 @@ from tvm_ext.cost import RooflinePolicy, ServicePolicy, ServiceProfile, XGBoostP
 from tvm_ext.cost.heldout import evaluate_policies
 from tvm_ext.cost.training_data import write_frame
 from tvm_ext.hardware.machine import cache_path, host_machine
+from tvm_ext.hardware.machine_model import MachineModel
 from tvm_ext.hardware.target import host_target
 from tvm_ext.kernel_tuner.replayer import replay, replays_here
 from tvm_ext.kernel_tuner.tuner import tune
@@ -54,17 +55,18 @@ def _info(args) -> int:
         "target: " + json.dumps({k: str(target.attrs[k]) for k in ("mcpu", "mtriple", "num-cores")})
     )
     print(f"machine model ({model.cpu}, {model.cores} cores; cached in {cache_path(target)}):")
-    rows = [
-        ("peak " + k, f"{v.value / 1e9:.1f} GFLOP/s", v.source, v.note)
-        for k, v in model.peaks.items()
-    ]
-    rows += [
-        ("bandwidth " + k, f"{v.value / 1e9:.1f} GB/s", v.source, v.note)
-        for k, v in model.bandwidth.items()
-    ]
+
+    def row(name, v, text):
+        taken = (v.when or "unknown") + (" (provisional)" if v.provisional else "")
+        return (name, text, v.source, taken, v.note)
+
+    rows = [row("peak " + k, v, f"{v.value / 1e9:.1f} GFLOP/s") for k, v in model.peaks.items()]
+    rows += [row("bandwidth " + k, v, f"{v.value / 1e9:.1f} GB/s")
+             for k, v in model.bandwidth.items()]  # fmt: skip
     lat = model.fma_latency
-    rows.append(("FMA latency", f"{lat.value * 1e9:.2f} ns", lat.source, lat.note))
-    print(pd.DataFrame(rows, columns=["figure", "value", "source", "note"]).to_string(index=False))
+    rows.append(row("FMA latency", lat, f"{lat.value * 1e9:.2f} ns"))
+    columns = ["figure", "value", "source", "taken", "note"]
+    print(pd.DataFrame(rows, columns=columns).to_string(index=False))
     return 0
 
 
@@ -233,9 +235,13 @@ DATASET_FILE = "dataset.csv.gz"
 
 
 def _evaluate_policies(args) -> int:
-
-    machine = host_machine()  # prices the roofline columns; frozen beside the results
-    data = dataset(args.logs, progress=True, machine=machine)
+    # The model that prices the roofline columns (frozen beside the results): this host's, or
+    # the one given (re-freezing after a change to the bound, with the model that froze it).
+    machine = (MachineModel.from_json(json.loads(pathlib.Path(args.machine).read_text()))
+               if args.machine else host_machine())  # fmt: skip
+    # Columns cached by an earlier run were priced by the model of that run: with a model
+    # given, every column is priced again by it.
+    data = dataset(args.logs, progress=True, machine=machine, cache=not args.machine)
     kinds = data["kernel"].nunique()
     print(
         f"dataset: {len(data)} measured candidates of {data['workload'].nunique()} workloads "
@@ -378,6 +384,8 @@ def main(argv: list[str] | None = None) -> int:
         help="write the frozen calibration, the model and the results to this folder",
     )
     ev.add_argument("--no-stock", action="store_true", help="skip MetaSchedule's XGB rows")
+    ev.add_argument("--machine", help="price with this machine model (JSON, e.g. a frozen "
+                    "policies/machine.json) instead of this host's")  # fmt: skip
     ev.set_defaults(run=_evaluate_policies)
     args = parser.parse_args(argv)
     logging.basicConfig(

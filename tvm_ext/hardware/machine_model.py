@@ -20,11 +20,18 @@ LEVELS = ("llc", "dram")
 
 @dataclass(frozen=True)
 class Figure:
-    """One number of the model, in base units (FLOP/s or byte/s), with where it came from."""
+    """One number of the model, in base units (FLOP/s or byte/s), with where it came from:
+    ``source`` ``"probed"``, ``"table"``, ``"user"`` or ``"measured"`` (a tuned kernel ran
+    faster than the model allowed, :func:`tvm_ext.hardware.machine.heal`); ``when`` (UTC,
+    ISO 8601) it was taken; ``provisional``: it may read low (its probes disagreed, or a
+    kernel proved it low), so it is re-probed at the next chance and no memory arm rests on
+    it."""
 
     value: float
-    source: str  # "probed", "table" or "user"
+    source: str
     note: str = ""
+    when: str = ""
+    provisional: bool = False
 
 
 @dataclass(frozen=True)
@@ -87,6 +94,12 @@ class MachineModel:
             else:
                 (peaks if kind == "peak" else bw)[name] = Figure(float(value), "user")
         return dataclasses.replace(self, peaks=peaks, bandwidth=bw, fma_latency=latency)
+
+    def figures(self) -> dict[str, Figure]:
+        """Every figure by name: ``peak.<dtype>``, ``bw.<level>``, ``fma_latency``."""
+        return ({f"peak.{k}": v for k, v in self.peaks.items()}
+                | {f"bw.{k}": v for k, v in self.bandwidth.items()}
+                | {"fma_latency": self.fma_latency})  # fmt: skip
 
     def to_json(self) -> dict:
         return {"schema": SCHEMA, **dataclasses.asdict(self)}

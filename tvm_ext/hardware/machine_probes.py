@@ -7,6 +7,8 @@ cache are :mod:`tvm_ext.hardware.machine` (which calls these on a cache miss).
 
 from __future__ import annotations
 
+import datetime
+import logging
 import pathlib
 import re
 
@@ -21,11 +23,14 @@ from tvm_ext.hardware.probe_kernels import fma_chains, stream_copy, stream_read
 from tvm_ext.hardware.target import (
     as_target,
     has_feature,
+    host_table_cpu,
     lanes_for,
     missing_features,
     target_cores,
     target_cpu,
 )
+
+log = logging.getLogger(__name__)
 
 # Peak of a compute path relative to the fp32 FMA peak, per core and cycle, from the vendors'
 # instruction tables: AVX512-BF16 vdpbf16ps does 2 MACs per fp32 lane; AVX512-VNNI vpdpbusd 4
@@ -101,16 +106,32 @@ def probe_fma_latency(target, steps: int = 2_000_000, runtime: Runtime | None = 
     return seconds / steps
 
 
+def compute_samples(target, cores: int, probes: int = 3, latency_probes: int | None = None,
+                    runtime: Runtime | None = None) -> tuple[list[float], list[float]]:  # fmt: skip
+    """``probes`` fp32 peak probes (FLOP/s) and ``latency_probes`` (default ``probes``) FMA
+    latency probes (s), in the order taken."""
+    fp32 = [probe_fp32_peak(target, cores, runtime=runtime) for _ in range(probes)]
+    latency = [probe_fma_latency(target, runtime=runtime) for _ in range(latency_probes or probes)]
+    return fp32, latency
+
+
 def best_compute(target, cores: int, probes: int = 3, latency_probes: int | None = None,
                  runtime: Runtime | None = None) -> tuple[float, float]:  # fmt: skip
     """(fp32 FLOP/s, FMA latency s): the best of ``probes`` peak probes and of
     ``latency_probes`` (default ``probes``) latency probes. A peak is the best the machine
     sustains: on a shared host a neighbour can hold a core for a whole probe."""
-    fp32 = max(probe_fp32_peak(target, cores, runtime=runtime) for _ in range(probes))
-    latency = min(
-        probe_fma_latency(target, runtime=runtime) for _ in range(latency_probes or probes)
-    )
-    return fp32, latency
+    fp32, latency = compute_samples(target, cores, probes, latency_probes, runtime)
+    return max(fp32), min(latency)
+
+
+# Probes of one figure that disagree by more than this were disturbed (a neighbour held a core
+# for one of them): the best of them may be low too.
+AGREEMENT = 1.15
+
+
+def agree(samples: list[float]) -> bool:
+    """Whether repeated probes of one figure agree within :data:`AGREEMENT`."""
+    return max(samples) <= AGREEMENT * min(samples)
 
 
 def probe_copy_bandwidth(target, cores: int, nbytes: int, lanes: int = 16) -> float:
@@ -149,63 +170,82 @@ def probe(target=None) -> MachineModel:
         )
     cores = target_cores(target)
     caches = cache_sizes()
-    llc = caches[max(caches)] if caches else 32 << 20
-    l2_total = caches.get(2, 1 << 20) * cores
+    if caches:
+        llc = caches[max(caches)]
+        l2_total = caches.get(2, 1 << 20) * cores
+    else:  # sizes unknown: a guess too small would charge cached bytes to memory (a high bound)
+        log.warning("cache sizes unreadable from sysfs: the machine model gets no memory arms")
+        llc, l2_total = 32 << 20, 1 << 20
     llc_set = max(min(llc // 2, 4 * l2_total), l2_total)  # above every L2, within half the LLC
     dram_set = max(8 * llc, 256 << 20)
+    rounds = []
     with tvm_api.threads(cores):
         # A peak is the best the machine sustains: on a shared host a neighbour can hold a
-        # core for a whole probe, so each figure is the best of a few independent probes.
-        fp32, latency = best_compute(target, cores)
-        # Bandwidth is the faster of a streaming read and a STREAM copy: a copy's uncounted
-        # write-allocate traffic lets read-heavy kernels beat it, and a roof must not be beaten.
-        llc_bw = max(
-            max(
-                probe_read_bandwidth(target, cores, llc_set),
-                probe_copy_bandwidth(target, cores, llc_set),
-            )
-            for _ in range(2)
-        )
-        dram_bw = max(
-            max(
-                probe_read_bandwidth(target, cores, dram_set),
-                probe_copy_bandwidth(target, cores, dram_set),
-            )
-            for _ in range(2)
-        )
-    for name, value in (
-        ("fp32 peak", fp32),
-        ("LLC bandwidth", llc_bw),
-        ("DRAM bandwidth", dram_bw),
-        ("FMA latency", latency),
-    ):
+        # core for a whole probe, so each figure is the best of a few independent probes; when
+        # they disagree the probe is retaken once, and what still disagrees is provisional.
+        for _ in range(2):
+            rounds.append(_probe_round(target, cores, llc_set, dram_set))
+            if all(agree(samples) for samples in rounds[-1].values()):
+                break
+    best = {name: (min if name == "latency" else max)(v for r in rounds for v in r[name])
+            for name in rounds[0]}  # fmt: skip
+    shaky = {name for name, samples in rounds[-1].items() if not agree(samples)}
+    for name, value in best.items():
         if not np.isfinite(value) or value <= 0:
             raise ProbeError(f"{name} probe returned {value!r}")
-    peaks = _peaks(target, fp32, f"{cores} cores x FMA chains at the vector width")
+    when = _now()
+    peaks = _peaks(target, best["fp32 peak"], f"{cores} cores x FMA chains at the vector width",
+                   when, "fp32 peak" in shaky)  # fmt: skip
     bandwidth = {
-        "llc": Figure(llc_bw, "probed", "best of streaming read/copy in the LLC"),
-        "dram": Figure(dram_bw, "probed", "best of streaming read/copy over 8x LLC"),
-    }
+        "llc": Figure(best["LLC bandwidth"], "probed", "best of streaming read/copy in the LLC",
+                      when, "LLC bandwidth" in shaky),
+        "dram": Figure(best["DRAM bandwidth"], "probed",
+                       "best of streaming read/copy over 8x LLC", when, "DRAM bandwidth" in shaky),
+    }  # fmt: skip
+    if shaky:
+        log.warning("machine probe: %s disagreed across probes beyond %.0f%% (a busy host?): "
+                    "kept as provisional, re-probed at the next tune",
+                    ", ".join(sorted(shaky)), 100 * (AGREEMENT - 1))  # fmt: skip
+    unknown_sizes = UNKNOWN_BYTES if not caches else None
     # Data stays on chip up to the LLC plus every core's L2 (AMD's L3 is a victim cache of L2).
+    # The hardware tables are read with the host's own CPU, not the target's mcpu: the code
+    # runs here, whatever CPU it was built for.
     return MachineModel(
-        target_cpu(target),
+        host_table_cpu(str(target.attrs.get("mtriple", "")) or None),
         cores,
         peaks,
         bandwidth,
-        llc + l2_total,
-        l2_total,
+        unknown_sizes or llc + l2_total,
+        unknown_sizes or l2_total,
         lanes_for(target, 32),
-        Figure(latency, "probed", "one dependent scalar FMA chain"),
-    )
+        Figure(best["latency"], "probed", "one dependent scalar FMA chain", when,
+               "latency" in shaky),
+    )  # fmt: skip
 
 
-def _peaks(target, fp32: float, note: str) -> dict[str, Figure]:
+def _probe_round(target, cores: int, llc_set: int, dram_set: int) -> dict[str, list[float]]:
+    """One round of every host probe: each figure's samples."""
+    fp32, latency = compute_samples(target, cores)
+    # Bandwidth is the faster of a streaming read and a STREAM copy: a copy's uncounted
+    # write-allocate traffic lets read-heavy kernels beat it, and a roof must not be beaten.
+    llc, dram = ([max(probe_read_bandwidth(target, cores, size),
+                      probe_copy_bandwidth(target, cores, size)) for _ in range(2)]
+                 for size in (llc_set, dram_set))  # fmt: skip
+    return {"fp32 peak": fp32, "latency": latency, "LLC bandwidth": llc, "DRAM bandwidth": dram}
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def _peaks(target, fp32: float, note: str, when: str = "",
+           provisional: bool = False) -> dict[str, Figure]:  # fmt: skip
     """The probed fp32 peak and the dot-product peaks derived from it by ISA tables."""
-    peaks = {"float32": Figure(fp32, "probed", note)}
+    peaks = {"float32": Figure(fp32, "probed", note, when, provisional)}
     for dtype, ratios in _ISA_RATIOS.items():
         feature, ratio = next(((f, r) for f, r in ratios if has_feature(target, f)), (None, 1.0))
         note = f"fp32 probe x {ratio:g} ({feature})" if feature else "no dot instruction: fp32 rate"
-        peaks[dtype] = Figure(fp32 * ratio, "table", note)
+        peaks[dtype] = Figure(fp32 * ratio, "table", note, when, provisional)
     return peaks
 
 

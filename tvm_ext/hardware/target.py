@@ -89,10 +89,29 @@ def closest_cpu(host_features: frozenset[str], isa_features: frozenset[str], tri
     return best
 
 
+def _system_cpu() -> str:
+    """LLVM's name for this host's CPU (``"generic"`` or a name it cannot target when it does
+    not know the CPU)."""
+    return str(tvm_api.global_func("target.llvm_get_system_cpu")())
+
+
+def host_table_cpu(triple: str | None = None) -> str:
+    """The name the hardware tables (:mod:`tvm_ext.hardware.isa`) know this host by: LLVM's
+    name for its CPU, or ``"unknown:<name>"`` when LLVM does not know it. A target built for
+    the closest CPU LLVM knows says nothing about the host's pipes and clock (a Zen 5 under an
+    LLVM without ``znver5`` would be priced as a Zen 4, whose FMA datapath is half as wide), so
+    a bound on code that runs here must take the tables' branch for CPUs they do not name."""
+    triple = triple or host_triple()
+    cpu = _system_cpu()
+    if cpu and cpu != "generic" and tvm_api.global_func("target.llvm_is_valid_cpu")(cpu, triple):
+        return cpu
+    return f"unknown:{cpu or 'unnamed'}"
+
+
 @functools.lru_cache(maxsize=None)
 def _resolve_host_cpu(triple: str) -> tuple[str, str | None]:
     """(cpu name, warning or None) for this host under ``triple``."""
-    cpu = str(tvm_api.global_func("target.llvm_get_system_cpu")())
+    cpu = _system_cpu()
     if cpu and cpu != "generic" and tvm_api.global_func("target.llvm_is_valid_cpu")(cpu, triple):
         return cpu, None
     probe = tvm_api.global_func("tvm.codegen.llvm.GetHostCPUFeatures")()

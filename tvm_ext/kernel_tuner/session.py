@@ -86,6 +86,15 @@ def prepare(mod, target=None, workload: Workload | None = None, name: str | None
                 weights_repacked_once)  # fmt: skip
 
 
+def refresh_machine(target, machine=None, runner=None) -> None:
+    """After a tune on this host with its cached model: probe the model again when a kernel
+    proved it low during the tune (:func:`~tvm_ext.hardware.machine.heal`; ``host_machine``
+    re-probes once after that), so the tune leaves a healed cache behind."""
+    target = as_target(target)
+    if machine is None and tracker_of(runner) is None and target.kind.name == "llvm":
+        host_machine(host_target(num_cores=target_cores(target)))
+
+
 @dataclass
 class Session:
     """What a tune holds while it runs: MetaSchedule's work dir, builder and runner."""

@@ -94,6 +94,7 @@ def tune(
                                     progress=progress, use_hand=hand_schedule)  # fmt: skip
         summary = _summary(stats, seeded, session, chosen)
         kept = session.work_dir if session.kept else None
+    sessions.refresh_machine(task.target, machine, runner)
     return TuneResult(chosen.sch.mod, chosen.measurement, str(chosen.sch.trace), summary,
                       chosen.cost.binding, chosen.source, kept,
                       str(folder) if folder is not None else None, task.where)  # fmt: skip

@@ -27,6 +27,7 @@ from tqdm import tqdm
 from tvm_ext.base import tvm_api
 from tvm_ext.base.checks import checked_int
 from tvm_ext.base.errors import UnsupportedModel
+from tvm_ext.kernel_tuner import session as sessions
 from tvm_ext.measurement.measure import check_parity
 from tvm_ext.model_pipeline import model_tasks
 from tvm_ext.model_pipeline.compile import (
@@ -155,6 +156,7 @@ def tune_model(model, target=None, *, trials: int = 64, log_dir=None, seed: int 
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
 
+    sessions.refresh_machine(target, machine)
     spent = sum(t.trials for t in tasks)
     return ModelTuneResult(applied.mod, compiled, latency, table, pd.DataFrame(history), floor,
                            spent, time.perf_counter() - started,

@@ -1,0 +1,160 @@
+"""Paths on which the bound could read high (and so drop a winner), one test each: a host CPU
+LLVM does not know, a non-float dtype, a target that reassociates or has no FMA, an unnamed CPU
+at stage 1. The machine models are built from ISA facts alone (see ``test_bound_arms``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+from tvm_ext.cost import RooflinePolicy, evaluate, features
+
+from tvm_ext.base import tvm_api
+from tvm_ext.hardware import isa, machine_probes
+from tvm_ext.hardware import target as target_mod
+from tvm_ext.hardware.machine import host_machine
+from tvm_ext.hardware.machine_model import Figure, MachineModel
+
+te = tvm_api.te
+TRIPLE = "x86_64-unknown-linux-gnu"
+
+
+def _target(mcpu="znver4", **extra):
+    return tvm_api.Target({"kind": "llvm", "mcpu": mcpu, "mtriple": TRIPLE, "num-cores": 2,
+                           **extra})  # fmt: skip
+
+
+def _model(cpu: str) -> MachineModel:
+    peaks = {d: Figure(1.0, "user") for d in ("float32", "int8", "bfloat16")}
+    bw = {"llc": Figure(math.inf, "user"), "dram": Figure(math.inf, "user")}
+    return MachineModel(cpu, 2, peaks, bw, 33 << 20, 1 << 20, 16, Figure(1.0, "user"))
+
+
+def _arms(obj, target, cpu="znver4"):
+    return evaluate(RooflinePolicy(), obj, target, machine=_model(cpu)).arms
+
+
+def _matmul(n: int, a_dtype: str, b_dtype: str, acc: str):
+    a = te.placeholder((n, n), a_dtype, name="A")
+    b = te.placeholder((n, n), b_dtype, name="B")
+    k = te.reduce_axis((0, n), name="k")
+    c = te.compute(
+        (n, n),
+        lambda i, j: te.sum(a[i, k].astype(acc) * b[k, j].astype(acc), axis=k),
+        name="C",
+    )
+    return te.create_prim_func([a, b, c])
+
+
+# 1. A host CPU LLVM does not know is priced with the tables' conservative branch.
+
+
+def test_an_unknown_host_cpu_is_not_priced_as_the_closest_known_one(monkeypatch, tmp_path):
+    monkeypatch.setattr(target_mod, "_system_cpu", lambda: "znver9")  # no LLVM knows it
+    assert target_mod.host_table_cpu(TRIPLE) == "unknown:znver9"
+    # The probe builds for the closest CPU LLVM knows, but the model it returns carries the
+    # host's own (unknown) name: the tables must not price it as that CPU.
+    monkeypatch.setattr(machine_probes, "compute_samples",
+                        lambda target, cores: ([1e11] * 3, [1e-9] * 3))  # fmt: skip
+    monkeypatch.setattr(machine_probes, "probe_read_bandwidth", lambda *a, **k: 1e11)
+    monkeypatch.setattr(machine_probes, "probe_copy_bandwidth", lambda *a, **k: 1e11)
+    host = tvm_api.Target({"kind": "llvm", "mcpu": target_mod.target_cpu(_target()),
+                           "mtriple": TRIPLE, "num-cores": 2})  # fmt: skip
+    monkeypatch.setattr(target_mod, "missing_features", lambda t: [])
+    monkeypatch.setattr(machine_probes, "missing_features", lambda t: [])
+    model = machine_probes.probe(host)
+    assert model.cpu == "unknown:znver9" and model.cpu not in isa.MAX_BOOST_GHZ
+    # A cached model probed under the substituted name is probed again, not trusted.
+    monkeypatch.setenv("TVM_EXT_CACHE_DIR", str(tmp_path))
+    stale = MachineModel("znver4", 2, model.peaks, model.bandwidth, model.llc_bytes,
+                         model.l2_bytes, model.vector_lanes, model.fma_latency)  # fmt: skip
+    from tvm_ext.hardware.machine import cache_path
+
+    cache_path(host).write_text(__import__("json").dumps(stale.to_json()))
+    assert host_machine(host).cpu == "unknown:znver9"
+
+
+def test_an_unknown_cpu_is_never_priced_above_a_named_one():
+    """The conservative branch is a bound for every CPU the tables name, arm by arm."""
+    func = _matmul(64, "float32", "float32", "float32")
+    unknown = _arms(func, _target(), "unknown:x")
+    for cpu in isa.MAX_BOOST_GHZ:
+        named = _arms(func, _target(), cpu)
+        for arm, seconds in unknown.items():
+            assert seconds <= named[arm] * (1 + 1e-9), (cpu, arm)
+
+
+# 4. ... and at stage 1 with the wider ports stage 2 allows it.
+
+
+def test_stage_one_widens_an_unknown_cpus_ports_as_stage_two_does():
+    func = _matmul(64, "float32", "float32", "float32")
+    fastest = max(isa.MAX_BOOST_GHZ, key=isa.MAX_BOOST_GHZ.get)
+    named = _arms(func, _target(), fastest)["issue"]
+    unknown = _arms(func, _target(), "unknown:x")["issue"]
+    clock = isa.max_boost_hz(fastest) / isa.max_boost_hz("unknown:x")
+    scale = isa.port_limits("unknown:x")[0] / isa.port_limits(fastest)[0]
+    assert scale == 2
+    assert unknown == pytest.approx(named * clock / scale)
+
+
+# 2. Non-float dtypes are priced at their own rate, not at fp32 lanes.
+
+
+def test_a_u8s8_matmul_is_priced_at_the_int8_rate_not_its_int32_output():
+    u8 = _matmul(64, "uint8", "int8", "int32")
+    f32 = _matmul(64, "float32", "float32", "float32")
+    target = _target()
+    assert features(u8, target).dtype in ("int8", "uint8")
+    # Without VNNI (this model's int8 peak equals its fp32 one) bytes still fill a register
+    # four times over: the compute arm is at most a quarter of the fp32 one.
+    assert _arms(u8, target)["compute"] <= _arms(f32, target)["compute"] / 4 * (1 + 1e-9)
+    i16 = _matmul(64, "int16", "int16", "int32")
+    assert _arms(i16, target)["compute"] <= _arms(f32, target)["compute"] / 2 * (1 + 1e-9)
+
+
+# 3. The chain arm only where contraction and no reassociation are established.
+
+
+def test_a_reassociating_target_has_no_chain_arm():
+    func = _matmul(64, "float32", "float32", "float32")
+    assert "dependency" in _arms(func, _target())
+    for flags in ({"fast-math": True}, {"fast-math-reassoc": True}, {"cl-opt": ["-x"]}):
+        target = _target(**flags)
+        assert features(func, target).fp_reassoc
+        assert "dependency" not in _arms(func, target), flags
+
+
+def test_without_fma_a_multiply_add_chain_steps_at_add_latency():
+    func = _matmul(64, "float32", "float32", "float32")
+    # Haswell: AVX2 with or without FMA, the same 8 lanes (AVX-512 would go with FMA).
+    fused = _arms(func, _target("haswell"))["dependency"]
+    plain = _target("haswell", mattr=["-fma"])
+    assert not features(func, plain).fp_contract
+    unfused = _arms(func, plain)["dependency"]
+    ratio = isa.fadd_latency_floor_s("znver4") / isa.fma_latency_floor_s("znver4")
+    assert unfused == pytest.approx(fused * ratio)
+
+
+# 6. No memory arm rests on a bandwidth that may read low.
+
+
+def test_a_provisional_bandwidth_bounds_nothing():
+    n = 1 << 22  # 3 x 16 MiB: beyond this model's 1 MiB of L2
+    a = te.placeholder((n,), "float32", name="A")
+    b = te.placeholder((n,), "float32", name="B")
+    func = te.create_prim_func([a, b, te.compute((n,), lambda i: a[i] + b[i], name="C")])
+    model = _model("znver4")
+    bw = {"llc": Figure(1e11, "probed"), "dram": Figure(1e11, "probed")}
+    steady = replace(model, bandwidth=bw, llc_bytes=2 << 20)
+    arms = evaluate(RooflinePolicy(), func, _target(), machine=steady).arms
+    assert "memory.dram" in arms
+    shaky = replace(steady, bandwidth={k: replace(f, provisional=True) for k, f in bw.items()})
+    arms = evaluate(RooflinePolicy(), func, _target(), machine=shaky).arms
+    assert not any(name.startswith("memory") for name in arms)
+    # A provisional DRAM figure alone: the bytes beyond L2 still pass the LLC.
+    half = replace(steady, bandwidth=dict(bw, dram=replace(bw["dram"], provisional=True)))
+    arms = evaluate(RooflinePolicy(), func, _target(), machine=half).arms
+    assert "memory.llc" in arms and "memory.dram" not in arms
