@@ -191,6 +191,21 @@ def store_feature_summary(obj, target) -> tuple[float, ...]:
     return (count, *map(float, matrix.mean(axis=0)), *map(float, matrix.max(axis=0)))
 
 
+def _as_timed(mod):
+    """``mod`` as the runner times it: its weight-repacking blocks' layout transforms left out
+    (:func:`~tvm_ext.base.tvm_api.without_weight_repack`), where it has any. A module stripped
+    already (its weights arrive packed; TVM's pass then fails on the copy it left) is left as
+    it is."""
+    marked = any("meta_schedule.layout_rewrite_preproc" in b.annotations
+                 for b in tvm_api.sblocks(tvm_api.main_func(mod)))  # fmt: skip
+    if not marked:
+        return mod
+    try:
+        return tvm_api.without_weight_repack(mod)
+    except RuntimeError:  # TVM's InternalError: the blocks are copies of packed weights already
+        return mod
+
+
 _REASSOC_FLAGS = ("fast-math", "fast-math-reassoc")
 
 
@@ -215,7 +230,10 @@ def features(
     """Derive :class:`CandidateFeatures` of a ``Schedule``, ``IRModule`` or ``PrimFunc``
     (with ``stores=True`` also MetaSchedule's per-store summary, for learned policies)."""
     target = as_target(target)
-    func = tvm_api.main_func(tvm_api.as_module(obj))
+    # Weight-repacking blocks (MetaSchedule's RewriteLayout, the contraction rule's packs) are
+    # left out: the runner builds every candidate without them (a model repacks its weights
+    # once, at compile time), so a bound counting their work could exceed what it times.
+    func = tvm_api.main_func(_as_timed(tvm_api.as_module(obj)))
     workload = workload if workload is not None else from_func(func)
     kind = target.kind.name
     contract, reassoc = fp_reduction_facts(target)

@@ -158,3 +158,25 @@ def test_a_provisional_bandwidth_bounds_nothing():
     half = replace(steady, bandwidth=dict(bw, dram=replace(bw["dram"], provisional=True)))
     arms = evaluate(RooflinePolicy(), func, _target(), machine=half).arms
     assert "memory.llc" in arms and "memory.dram" not in arms
+
+
+# The search's candidates are timed without their weight-repacking blocks (a model repacks
+# its weights once, at compile time): no bound counts that work.
+
+
+def test_weight_repacking_blocks_are_not_priced():
+    from tvm import topi
+    from tvm_ext.schedules.rules.dispatch import schedule_func
+
+    x = te.placeholder((8, 64), name="X")
+    w = te.placeholder((96, 64), name="W")
+    func = te.create_prim_func([x, w, topi.nn.dense(x, w)]).with_attr("layout_free_buffers", [1])
+    sch, _ = schedule_func(func, _target())
+    stripped = tvm_api.without_weight_repack(sch.mod)
+    # The weight arrives packed: the pack's layout transform is not in the timed function.
+    packed = tvm_api.param_specs(tvm_api.main_func(stripped))[1]
+    assert packed != tvm_api.param_specs(func)[1]
+    assert [b.name for b in features(sch, _target()).blocks] == [
+        b.name for b in features(stripped, _target()).blocks
+    ]
+    assert _arms(sch, _target()) == pytest.approx(_arms(stripped, _target()))
