@@ -41,14 +41,59 @@ WORKLOADS = {
     "conv2d 1x16x28x28 f16 k3": ("conv2d", (1, 16, 28, 28, 16), {"padding": 1}),
     "layernorm 256x1024": ("layernorm", (256, 1024), {}),
     "softmax 256x1024": ("softmax", (256, 1024), {}),
+    # u8 x s8 -> i32: priced at its input dtype's rate, not its int32 output's
+    "matmul u8s8 256^3": ("matmul", (256, 256, 256), {"dtype": "uint8"}),
+}
+# name -> (zoo model, words of the task's name): a task of a model as the model tuner finds it
+# (weights marked layout-free: MetaSchedule's candidates repack them, and the runner times
+# them without that repacking, as the compiled model runs them), checked against its own
+# unscheduled function.
+MODEL_TASKS = {
+    "resnet conv3x3 (model task)": ("resnet", ("conv2d",)),
+    "encoder attention (model task)": ("encoder", ("matmul", "softmax")),
+    "encoder layer_norm (model task)": ("encoder", ("layer_norm",)),
 }
 
 
 def workload(name):
+    """A suite Workload, or None for a model task (see :func:`subject`)."""
     from tvm_ext import kernels
 
+    if name in MODEL_TASKS:
+        return None
     kernel, args, kwargs = WORKLOADS[name]
     return kernels.SUITE[kernel](*args, **kwargs)
+
+
+def subject(name):
+    """(function, Workload or None) the audit samples and times under ``name``."""
+    w = workload(name)
+    return (w.func, w) if w is not None else (model_task(name), None)
+
+
+def model_task(name: str):
+    """The zoo model's task whose name holds every word of ``MODEL_TASKS[name]`` (the
+    heaviest such), as the model tuner extracts it; small model sizes."""
+    from tvm_ext import host_target
+    from tvm_ext.model_pipeline.model_tuner import prepare_model
+    from tvm_ext.workloads import models
+
+    model_name, words = MODEL_TASKS[name]
+    prepared = prepare_model(models.build(model_name, "small"), host_target(), None, None, None)
+    found = [f for f in prepared.found if all(w in f.name for w in words)]
+    if not found:
+        names = ", ".join(f.name for f in prepared.found)
+        raise SystemExit(f"{name}: no task of {model_name} is named with {words}: {names}")
+    return max(found, key=lambda f: f.weight).func
+
+
+def kind(name: str) -> tuple[str, list, dict]:
+    """(kernel, args, kwargs) recorded with each row."""
+    if name in MODEL_TASKS:
+        model_name, words = MODEL_TASKS[name]
+        return "model task", [], {"model": model_name, "task": list(words)}
+    kernel, args, kwargs = WORKLOADS[name]
+    return kernel, list(args), kwargs
 
 
 def sample(name: str, count: int, seed: int) -> list:
@@ -60,11 +105,11 @@ def sample(name: str, count: int, seed: int) -> list:
 
     ms = tvm_api.meta_schedule("llvm")
     target = host_target()
-    w = workload(name)
+    func, _ = subject(name)
     seen, traces = set(), []
     for round_ in range(6):  # ReplayTrace repeats itself: draw again until enough are distinct
         ctx = ms.TuneContext(
-            tvm_api.as_module(w.func),
+            tvm_api.as_module(func.with_attr("global_symbol", "main")),
             target=target,
             space_generator=design_space(target),
             search_strategy=ms.search_strategy.ReplayTrace(),
@@ -104,7 +149,8 @@ def measure_child(name: str, traces_file: str, out: str, start: int, repeat: int
     from tvm_ext.measurement.measure import measure
     from tvm_ext.records.logs import apply_trace
 
-    target, w = host_target(), workload(name)
+    target = host_target()
+    func, w = subject(name)
     traces = json.loads(pathlib.Path(traces_file).read_text())
     with open(out, "a") as f:
         for i in range(start, len(traces)):
@@ -112,8 +158,10 @@ def measure_child(name: str, traces_file: str, out: str, start: int, repeat: int
             f.flush()
             row = {"index": i}
             try:
-                sch = apply_trace(w.func, traces[i])
-                m = measure(sch, w, target, repeat=repeat, min_repeat_ms=10)
+                sch = apply_trace(func, traces[i])
+                m = measure(sch, w, target, reference=None if w is not None else func,
+                            repeat=repeat, min_repeat_ms=10,
+                            weights_repacked_once=w is None)  # fmt: skip
                 row.update(status="ok", measured_s=m.min_seconds, median_s=m.seconds,
                            threads=m.threads)  # fmt: skip
             except ParityError as err:
@@ -186,8 +234,10 @@ def bound_rows(rows: list[dict], machine=None, stage2: bool = False) -> list[dic
     machine = machine if machine is not None else host_machine(target)
     policy, cache = RooflinePolicy(), {}
     for row in rows:
-        w = cache.setdefault(row["workload"], workload(row["workload"]))
-        sch = apply_trace(w.func, row["trace"])
+        if row["workload"] not in cache:
+            cache[row["workload"]] = subject(row["workload"])
+        func, w = cache[row["workload"]]
+        sch = apply_trace(func, row["trace"])
         if stage2:
             cost, built, code = evaluate_built(policy, sch, target, machine=machine, workload=w)
             row["stage2_bound_s"] = built.lower_bound_s
@@ -349,7 +399,7 @@ def main() -> None:
         help="sampling seed (TVM's generator takes 0 and 1 as the same seed: use 0 or >= 2)",
     )  # fmt: skip
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--workloads", nargs="*", default=list(WORKLOADS))
+    parser.add_argument("--workloads", nargs="*", default=list(WORKLOADS) + list(MODEL_TASKS))
     parser.add_argument("--no-readme", action="store_true")
     parser.add_argument("--rebound", help="re-price a saved run (JSON) instead of measuring")
     parser.add_argument("--freeze-corpus", type=int, default=0, metavar="N")
@@ -393,9 +443,9 @@ def main() -> None:
         for name in args.workloads:
             started = time.perf_counter()
             traces = sample(name, count, args.seed)
-            kernel, pos, kw = WORKLOADS[name]
+            kernel, pos, kw = kind(name)
             for trace, res in zip(traces, measure_all(name, traces, args.repeat)):
-                res.update(workload=name, kernel=kernel, args=list(pos), kwargs=kw, trace=trace)
+                res.update(workload=name, kernel=kernel, args=pos, kwargs=kw, trace=trace)
                 data["rows"].append(res)
             print(f"{name}: {len(traces)} candidates in {time.perf_counter() - started:.0f} s",
                   flush=True)  # fmt: skip
