@@ -71,6 +71,50 @@ def _session_machine_model():
         best_machine(tvm_ext.host_target())
 
 
+# One pool of build workers per (workers, timeout) for the session's tunes: a tune starts its
+# own (fresh processes importing TVM, ~5-8 s on 2 cores) and shuts it down at its end, which
+# the 30-odd tunes of the fast tier paid each time. Tests of that lifecycle (``private_tmp``:
+# no process, no artifact left behind) keep the real one.
+_POOLS: dict = {}
+
+
+def _shared_builder(workers: int, timeout_s: float = 120.0):
+    from tvm_ext.kernel_tuner.builder import PersistentBuilder
+
+    key = (workers, timeout_s)
+    if key not in _POOLS:
+        _POOLS[key] = PersistentBuilder(workers=workers, timeout_s=timeout_s)
+    builder = _POOLS[key]
+    builder.cuts.clear()  # a tune that failed mid-search may have left its cut attached
+    return builder
+
+
+@pytest.fixture(autouse=True)
+def _shared_build_workers(request, monkeypatch):
+    if "private_tmp" in request.fixturenames:
+        yield
+        return
+    from tvm_ext.kernel_tuner import session
+
+    real_close = session._close
+
+    def close(builder, runner, own_runner):
+        shared = any(builder is b for b in _POOLS.values())
+        real_close(None if shared else builder, runner, own_runner)
+
+    monkeypatch.setattr(session, "PersistentBuilder", _shared_builder)
+    monkeypatch.setattr(session, "_close", close)
+    yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shut_shared_build_workers():
+    yield
+    for builder in _POOLS.values():
+        builder.shutdown()
+    _POOLS.clear()
+
+
 def best_machine(host, probes: int = 8):
     """The session's machine model after ``probes`` more fp32-peak and FMA-latency probes: a
     figure the host beat is raised to it in the session cache (which ``tune`` reads).

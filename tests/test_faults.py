@@ -22,10 +22,10 @@ def test_crashing_and_hanging_candidates_are_failed_records(tmp_path, host):
     state.mkdir()
     plan = {1: "crash", 3: "hang", 5: "raise"}
     # Margin from what is timed: a normal run of this 32^3 matmul is MetaSchedule's evaluator,
-    # ``repeat`` x ``min_repeat_ms`` (1 x 100 ms) plus a warm-up; worker start-up is not
-    # timed. 100x that is 10 s: only a run slowed 100-fold (not load on 2 cores) times out by
+    # ``repeat`` x ``min_repeat_ms`` (1 x 20 ms) plus a warm-up; worker start-up is not
+    # timed. 100x that is 2 s: only a run slowed 100-fold (not load on 2 cores) times out by
     # mistake, so the count of failures below is exact; the hang costs the timeout once.
-    evaluator = ms.runner.EvaluatorConfig()
+    evaluator = ms.runner.EvaluatorConfig(number=1, repeat=1, min_repeat_ms=20)
     timeout_s = 100 * evaluator.repeat * evaluator.min_repeat_ms / 1000
     runner = ms.runner.LocalRunner(
         timeout_sec=timeout_s,

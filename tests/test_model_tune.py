@@ -133,6 +133,7 @@ def _two_layers(out: int, seed: int):
     return mod, params, reference, (x,)
 
 
+@pytest.mark.slow  # ~21 s: two model tunes (the fast tier keeps one, and kernel log-sharing)
 def test_logs_are_shared_by_two_models(host, tmp_path, monkeypatch):
     mod_a, params_a, ref_a, x_a = _two_layers(8, seed=1)
     a = tvm_ext.tune(mod_a, host, trials=8, batch=8, seed=0, log_dir=tmp_path, params=params_a,

@@ -13,11 +13,12 @@ HERE = pathlib.Path(__file__).resolve().parent.parent / "notebooks"
 NOTEBOOKS = sorted(HERE.glob("*.ipynb"))
 
 
-# The two longest quick runs go to the slow tier (`.ci/run` runs it): 05 tunes a model with
+# The three longest quick runs go to the slow tier (`.ci/run` runs it): 05 tunes a model with
 # ours and with stock `tune_relax` (~110 s; `test_model_tune.py` and `test_tune_promises.py`
 # cover its API in the fast tier), 02 trains and evaluates every policy on the shipped dataset
-# (~55 s; `test_policies.py`, `test_heldout.py`).
-SLOW = {"02_cost_policies.ipynb", "05_tune_a_model.ipynb"}
+# (~55 s; `test_policies.py`, `test_heldout.py`), 04 compiles every zoo model and profiles
+# torchvision's resnet18 (~45 s; `test_models.py`, `test_torch_models.py`, `test_rules.py`).
+SLOW = {"02_cost_policies.ipynb", "04_models.ipynb", "05_tune_a_model.ipynb"}
 PARAMS = [pytest.param(p, marks=pytest.mark.slow) if p.name in SLOW else p for p in NOTEBOOKS]
 
 

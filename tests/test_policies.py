@@ -68,17 +68,17 @@ def test_shipped_dataset_is_large_and_clean(data):
     assert not data.duplicated(["workload", "order"]).any()
 
 
-def test_dataset_keeps_failures_apart_and_matches_its_cache(tmp_path, data, monkeypatch):
+def test_dataset_keeps_failures_apart_and_matches_its_cache(tmp_path, data, monkeypatch, machine):
     folder = _copy_log(SMALL, tmp_path)
     records = folder / "database_tuning_record.json"
     first = json.loads(records.read_text().splitlines()[0])
     first[1][1] = [1e10]  # how MetaSchedule records a failed run
     with records.open("a") as f:
         f.write(json.dumps(first) + "\n")
-    full = dataset(folder, include_failed=True, cache=False)
+    full = dataset(folder, include_failed=True, cache=False, machine=machine)
     failed = full[full["status"] == "failed"]
     assert len(failed) == 1 and math.isnan(failed["seconds"].iloc[0])
-    measured = dataset(folder, cache=False)
+    measured = dataset(folder, cache=False, machine=machine)
     assert len(measured) == len(full) - 1 and measured["seconds"].notna().all()
     # Replaying the log gives the shipped rows (machine-independent columns).
     shipped = data[data["workload"] == SMALL].sort_values("order").reset_index(drop=True)
@@ -88,10 +88,10 @@ def test_dataset_keeps_failures_apart_and_matches_its_cache(tmp_path, data, monk
     )
     # The cache is written to the cache directory (never into the log), read back identically.
     monkeypatch.setenv("TVM_EXT_CACHE_DIR", str(tmp_path / "cache"))
-    first_load = dataset(folder)
+    first_load = dataset(folder, machine=machine)  # the session's model: no second probe
     assert not list(folder.glob("features-*")) and len(list(tmp_path.rglob("features-*"))) == 1
     np.testing.assert_allclose(
-        dataset(folder)[cols].to_numpy(float), first_load[cols].to_numpy(float)
+        dataset(folder, machine=machine)[cols].to_numpy(float), first_load[cols].to_numpy(float)
     )
 
 

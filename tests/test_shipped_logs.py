@@ -20,32 +20,27 @@ def test_logs_are_shipped():
 
 
 @pytest.mark.parametrize("folder", SHIPPED, ids=lambda p: p.name)
-def test_shipped_log_replays_with_parity(folder):
+def test_shipped_log_replays_with_parity_here_only_with_the_features_it_uses(folder):
+    """One replay per log (each costs a build and a parity check): as it is where this CPU
+    has every feature its schedule uses, else refused naming the missing ones and replayed
+    built for this CPU (``allow_other_target``)."""
     manifest = read_manifest(folder)
     assert manifest["parity"]["ok"] is True and manifest["best_seconds"] > 0
-    with warnings.catch_warnings():
-        # Logs were frozen on one CPU; CI may run on another: replay re-checks parity there.
-        warnings.simplefilter("ignore")
-        result = replay(folder, allow_other_target=True, repeat=2)  # ParityError if wrong
-    assert result.measurement.gflops > 0 and result.recorded["best_seconds"] > 0
-
-
-@pytest.mark.parametrize("folder", SHIPPED, ids=lambda p: p.name)
-def test_shipped_log_replays_here_only_with_the_features_it_uses(folder):
     verdict = replays_here(folder)
-    if verdict.startswith("no: needs "):
-        missing = verdict.removeprefix("no: needs ").split(", ")
-        with pytest.raises(TargetMismatch) as info:
-            replay(folder, repeat=2)
-        assert f"missing: {', '.join(missing)}" in str(info.value)
-    else:
-        assert verdict.startswith("yes"), verdict
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            result = replay(folder, repeat=2)
-        assert result.measurement.gflops > 0  # parity re-checked: ParityError if wrong
-        if not result.same_machine:  # the recorded times are another CPU's: said, with both
-            assert any(issubclass(w.category, OtherCPUWarning) for w in caught)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if verdict.startswith("no: needs "):
+            missing = verdict.removeprefix("no: needs ").split(", ")
+            with pytest.raises(TargetMismatch) as info:
+                replay(folder, repeat=2)
+            assert f"missing: {', '.join(missing)}" in str(info.value)
+            result = replay(folder, allow_other_target=True, repeat=2)  # ParityError if wrong
+        else:
+            assert verdict.startswith("yes"), verdict
+            result = replay(folder, repeat=2)  # parity re-checked: ParityError if wrong
+    assert result.measurement.gflops > 0 and result.recorded["best_seconds"] > 0
+    if not result.same_machine:  # the recorded times are another CPU's: said, with both
+        assert any(issubclass(w.category, OtherCPUWarning) for w in caught)
 
 
 def test_shipped_avx512_logs_are_refused_on_a_cpu_without_it(host):

@@ -60,6 +60,7 @@ class PruneStats:
         return {k: getattr(self, k) for k in keys} | {
             "incumbent_s": self.incumbent_s,
             "initial_cut_s": self.initial_cut_s,
+            "noise": self.noise,  # the margin regrets and violations are counted beyond
             "records": list(self.records),
             "dropped_records": list(self.dropped_records),
         }
