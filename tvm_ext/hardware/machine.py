@@ -123,18 +123,7 @@ def _merged(fresh: MachineModel, cached: MachineModel) -> MachineModel:
             continue
         if (old.value < new.value) if name == "fma_latency" else (old.value > new.value):
             better[name] = dataclasses.replace(old, when=new.when, provisional=new.provisional)
-    return _with_figures(fresh, better)
-
-
-def _with_figures(model: MachineModel, figures: dict[str, Figure]) -> MachineModel:
-    peaks, bw, latency = dict(model.peaks), dict(model.bandwidth), model.fma_latency
-    for name, figure in figures.items():
-        kind, _, key = name.partition(".")
-        if name == "fma_latency":
-            latency = figure
-        else:
-            (peaks if kind == "peak" else bw)[key] = figure
-    return dataclasses.replace(model, peaks=peaks, bandwidth=bw, fma_latency=latency)
+    return fresh.with_figures(better)
 
 
 def heal(model: MachineModel, target, *, flops: float, nbytes: float, dtype: str,
@@ -157,7 +146,7 @@ def heal(model: MachineModel, target, *, flops: float, nbytes: float, dtype: str
         raised[f"bw.{level}"] = Figure(nbytes / seconds, "measured", note, now, True)
     if not raised:
         return model
-    healed = _with_figures(model, raised)
+    healed = model.with_figures(raised)
     target = as_target(target)
     path = cache_path(target)
     persisted = False
@@ -170,7 +159,7 @@ def heal(model: MachineModel, target, *, flops: float, nbytes: float, dtype: str
         if own and not any(f.source == "user" for f in model.figures().values()):
             better = {n: f for n, f in raised.items() if f.value > cached.figures()[n].value}
             if better:
-                atomic_write(path, json.dumps(_with_figures(cached, better).to_json(), indent=2))
+                atomic_write(path, json.dumps(cached.with_figures(better).to_json(), indent=2))
             persisted = True
     if persisted:
         _PENDING.add(str(path))  # this process's next ask for the model probes it again

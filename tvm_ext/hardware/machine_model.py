@@ -74,7 +74,7 @@ class MachineModel:
     def with_overrides(self, overrides: dict[str, float]) -> "MachineModel":
         """A copy with figures given by the user: keys ``peak.<dtype>``, ``bw.<level>`` or
         ``fma_latency`` (seconds)."""
-        peaks, bw, latency = dict(self.peaks), dict(self.bandwidth), self.fma_latency
+        figures = {}
         for key, value in overrides.items():
             kind, _, name = key.partition(".")
             valid = (
@@ -89,10 +89,18 @@ class MachineModel:
                 )
             if not isinstance(value, (int, float)) or not np.isfinite(value) or value <= 0:
                 raise ValueError(f"override {key}={value!r} must be a positive finite number")
-            if key == "fma_latency":
-                latency = Figure(float(value), "user")
+            figures[key] = Figure(float(value), "user")
+        return self.with_figures(figures)
+
+    def with_figures(self, figures: dict[str, Figure]) -> "MachineModel":
+        """A copy with ``figures`` (named as :meth:`figures` names them) in place."""
+        peaks, bw, latency = dict(self.peaks), dict(self.bandwidth), self.fma_latency
+        for name, figure in figures.items():
+            kind, _, key = name.partition(".")
+            if name == "fma_latency":
+                latency = figure
             else:
-                (peaks if kind == "peak" else bw)[name] = Figure(float(value), "user")
+                (peaks if kind == "peak" else bw)[key] = figure
         return dataclasses.replace(self, peaks=peaks, bandwidth=bw, fma_latency=latency)
 
     def figures(self) -> dict[str, Figure]:
