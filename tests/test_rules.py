@@ -268,3 +268,68 @@ def test_an_extent_off_the_vector_width_is_padded_not_predicated(host):
     update = text[text.index('T.sblock("C_update")') :]
     update = update[: update.index("with T.sblock", 1) if "with T.sblock" in update[1:] else None]
     assert "C_pad" in text and "T.where" not in update
+
+
+def _block_text(text: str, name: str) -> str:
+    """The text of block ``name`` up to the next block."""
+    start = text.index(f'T.sblock("{name}")')
+    rest = text[start + 1 :]
+    return text[start : start + 1 + rest.index("with T.sblock")] if "with T.sblock" in rest else text[start:]
+
+
+def test_a_conv_to_an_odd_channel_count_is_padded_like_a_matmul(host):
+    """A convolution's reads are no einsum (``x[h + kh, ..]``), so ``pad_einsum`` refused it
+    and a 33-channel output ran in one 33-lane vector statement, which LLVM splits with
+    hundreds of shuffles (470 us against 44 us at 48 channels). Its windowed read is now
+    re-indexed for the padding and inlined back: the accumulating loop runs on 48 padded
+    channels in whole vectors, the 33 valid ones are written back."""
+    from tvm_ext.workloads.legalized import legalized_func
+
+    conv = legalized_func(
+        lambda x, w: relax.op.nn.conv2d(x, w, padding=1, data_layout="NHWC", kernel_layout="OHWI"),
+        [("x", (1, 6, 6, 33)), ("w", (33, 3, 3, 33))],
+        free=(1,),
+    )
+    text = _script(check_rule(conv, host, "contraction", rtol=1e-4))
+    assert "conv2d_nhwc_pad" in text
+    update = _block_text(text, "conv2d_nhwc_update")
+    assert "T.where" not in update
+    assert "T.vectorized(T.int64(33))" not in text
+
+
+def test_rows_that_a_small_tile_divides_are_not_copied(host):
+    """65 rows: a 5-row tile divides them, so only the columns (65, no whole vector) are
+    padded; A is read where it is instead of copied into 72 padded rows on every call."""
+    text = _script(check_rule(user_matmul_bias_relu(65, 65, 32), host, "contraction"))
+    assert "B_pad" in text and "A_pad" not in text
+
+
+def test_an_odd_innermost_extent_runs_whole_vectors_and_a_remainder(host):
+    """An element-wise loop of 65 split by the lanes put a per-lane predicate in every vector
+    (LLVM scalarizes it); the loop is cut into whole vectors and a plain remainder. The same
+    for a padding copy whose condition changes inside a vector (B_pad: columns < 65)."""
+    from tvm_ext.hardware.target import lanes_for
+
+    lanes = lanes_for(host, 32)
+    A = te.placeholder((300, 4 * lanes + 1), name="A")
+    relu = te.compute(A.shape, lambda i, j: te.max(A[i, j], 0.0), name="relu")
+    text = _script(check_rule(te.create_prim_func([A, relu]), host, "injective"))
+    assert "T.where" not in text and f"T.vectorized({lanes})" in text
+    text = _script(check_rule(user_matmul_bias_relu(4, 65, 32), host, "contraction"))
+    pattern = rf'T\.vectorized\({lanes}\):\s*with T\.sblock\("B_pad_ax10"\)'
+    assert re.search(pattern, text)  # whole vectors of B's padded copy: columns 0-63
+    assert "T.vectorized" not in _block_text(text, "B_pad_ax11")  # column 64, plain
+
+
+def test_a_row_off_the_vector_width_vectorizes_its_element_wise_stages(host):
+    """A 50-column softmax ran its exp and division in 2-lane vectors (the widest power of two
+    dividing 50); they now run in whole vectors of the target's lanes and a remainder."""
+    from tvm_ext.hardware.target import lanes_for
+    from tvm_ext.workloads.legalized import legalized_func
+
+    lanes = lanes_for(host, 32)
+    softmax = legalized_func(lambda x: relax.op.nn.softmax(x, axis=-1), [("x", (3, 50, 50))])
+    text = _script(check_rule(softmax, host, "rows"))
+    for stage in ("T_softmax_exp", "T_softmax_norm"):
+        pattern = rf'T\.vectorized\(T\.int64\({lanes}\)\):\s*with T\.sblock\("{stage}_ax20"\)'
+        assert re.search(pattern, text), stage

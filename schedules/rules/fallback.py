@@ -46,6 +46,13 @@ def parallel_spatial(sch, block, target, vectorize: bool, work: int = PARALLEL_M
     parallel; with ``vectorize``, split the innermost loop of an all-spatial nest by the
     target's lanes and vectorize it. Below ``PARALLEL_MIN_WORK`` the loop stays serial.
 
+    An innermost extent that is no whole number of vectors, or a padding stage whose value
+    changes inside a vector (``if_then_else(j < 65, B[.., j], 0)`` over 80 columns), is
+    split into pieces first (:func:`vector_pieces`): whole vectors with no per-lane
+    condition, then the rest as plain loops. A per-lane condition inside a vectorized loop
+    is scalarized by LLVM: a matmul's 256 x 80 padding copy of B ran element by element
+    with a compare and a branch each, 40 % of a 65 x 65 x 256 matmul's time.
+
     A symbolic innermost extent (a sequence length) stays a loop of its own, outside the
     fused one: fused, every element would pay integer divisions by the symbolic extent to
     recover its indices, and split by the lanes its tail would be a per-lane predicate; a
@@ -57,16 +64,91 @@ def parallel_spatial(sch, block, target, vectorize: bool, work: int = PARALLEL_M
     inner = None
     lanes = lanes_for(target, 32)
     last_extent = loop_extent(sch, loops[-1])
+    pieces = None
     if vectorize and lead == len(loops) and (last_extent or 0) >= lanes:
+        pieces = vector_pieces(sch, block, last_extent, lanes)
+    if pieces is not None:
+        last, lead = loops[-1], lead - 1
+        loops = loops[:-1]
+    elif vectorize and lead == len(loops) and (last_extent or 0) >= lanes:
         last, inner = sch.split(loops[-1], [None, lanes])
         loops = [*loops[:-1], last]
     elif lead == len(loops) and lead > 1 and last_extent is None:
         lead -= 1
-    outer = sch.fuse(*loops[:lead]) if lead > 1 else loops[0]
-    if (loop_extent(sch, outer) or 2) > 1 and work >= PARALLEL_MIN_WORK:
-        sch.parallel(outer)
+    if lead:
+        outer = sch.fuse(*loops[:lead]) if lead > 1 else loops[0]
+        if (loop_extent(sch, outer) or 2) > 1 and work >= PARALLEL_MIN_WORK:
+            sch.parallel(outer)
+    if pieces is not None:
+        _vectorize_pieces(sch, last, pieces, lanes, parallel=not lead and work >= PARALLEL_MIN_WORK)
     if inner is not None:
         sch.vectorize(inner)
+
+
+def vector_pieces(sch, block, extent: int, lanes: int) -> list[int] | None:
+    """How to cut an all-spatial block's innermost loop (``extent`` iterations) so that its
+    first piece is whole vectors with no per-lane condition: at the last whole vector below
+    ``extent`` and below each bound ``j < c`` a padding condition puts on the innermost
+    iterator (and at ``c`` itself: past it the value is the pad constant). None when the
+    loop needs no cut (every vector whole, no condition inside one) or none would leave a
+    vector."""
+    var = block.iters[-1].var
+    cuts = {extent // lanes * lanes}
+    for bound in _upper_bounds(sch.get(block.block_rv).body, var):
+        if 0 < bound < extent:
+            cuts |= {bound // lanes * lanes, bound}
+    cuts = sorted(c for c in cuts if 0 < c < extent)
+    if not cuts or cuts[0] < lanes:
+        return None
+    edges = [0, *cuts, extent]
+    return [b - a for a, b in zip(edges, edges[1:])]
+
+
+def _upper_bounds(stmt, var) -> list[int]:
+    """Constants ``c`` of the conditions ``var < c`` (or ``c > var``) that a block body's
+    stored value selects on (``if_then_else``/``select``, and-ed conditions too)."""
+    found = []
+
+    def visit(expr):
+        if isinstance(expr, tvm_api.tirx.LT) and _is_var(expr.a, var) and _const(expr.b):
+            found.append(int(expr.b.value))
+        elif isinstance(expr, tvm_api.tirx.GT) and _is_var(expr.b, var) and _const(expr.a):
+            found.append(int(expr.a.value))
+        elif isinstance(expr, tvm_api.tirx.And):
+            visit(expr.a)
+            visit(expr.b)
+        elif isinstance(expr, tvm_api.tirx.Select):
+            visit(expr.condition)
+            visit(expr.true_value)
+            visit(expr.false_value)
+        elif isinstance(expr, tvm_api.ir.Call) and getattr(expr.op, "name", "").endswith(
+            "if_then_else"
+        ):
+            for arg in expr.args:
+                visit(arg)
+
+    if isinstance(stmt, tvm_api.tirx.BufferStore):
+        visit(stmt.value)
+    return found
+
+
+def _is_var(expr, var) -> bool:
+    return isinstance(expr, tvm_api.tirx.Var) and expr.same_as(var)
+
+
+def _const(expr) -> bool:
+    return isinstance(expr, tvm_api.tirx.IntImm)
+
+
+def _vectorize_pieces(sch, loop, pieces: list[int], lanes: int, parallel: bool) -> None:
+    """Partition ``loop`` into ``pieces``; the first (whole vectors) is split by ``lanes`` and
+    vectorized (its outer loop in parallel when nothing outside is), the rest stay plain
+    loops for LLVM (a remainder, a run of pad constants)."""
+    first = sch.loop_partition(loop, [*pieces[:-1], None])[0]
+    outer, inner = sch.split(first, [None, lanes])
+    if parallel and (loop_extent(sch, outer) or 2) > 1:
+        sch.parallel(outer)
+    sch.vectorize(inner)
 
 
 def loop_extent(sch, loop) -> int | None:

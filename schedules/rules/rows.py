@@ -116,11 +116,19 @@ REDUCE = 2  # IterVar.CommReduce
 
 
 def _vectorize_inner(sch, block, lanes: int) -> None:
+    """Vectorize an element-wise stage's row loop by the widest power of two up to ``lanes``
+    that divides it; a row of more than ``lanes`` that no wide vector divides (197 columns,
+    50) is cut into whole ``lanes`` vectors and a plain remainder loop instead (a 50-column
+    softmax ran its ``exp`` and its division in 2-lane vectors)."""
     loops = sch.get_loops(block)
     if len(loops) <= 1:
         return
     extent = loop_extent(sch, loops[-1]) or 0
     width = math.gcd(extent, lanes)
-    if width >= 2:
+    if width < min(lanes, 8) and extent > lanes:
+        first = sch.loop_partition(loops[-1], [extent // lanes * lanes, None])[0]
+        _, inner = sch.split(first, [None, lanes])
+        sch.vectorize(inner)
+    elif width >= 2:
         _, inner = sch.split(loops[-1], [None, width])
         sch.vectorize(inner)
