@@ -96,14 +96,18 @@ def test_compute_arm_takes_no_cap_from_narrow_explicit_vectors(target, model):
     sch.reorder(i, j0, k, j1)
     sch.vectorize(j1)
     policy = RooflinePolicy()
-    coeffs = validated_coefficients(policy, model)
     (block,) = [b for b in features(sch, target, w).blocks if b.reduction_length > 1]
     assert block.explicit_lanes == 4 and block.lanes_bound == model.vector_lanes
     stage1, stage2, code = evaluate_built(policy, sch, target, machine=model, workload=w)
-    rate = 2 * policy._lane_rate(model.vector_lanes, coeffs) / coeffs["flop_cycle_s"]
-    assert stage1.arms["compute"] == pytest.approx(w.flops / rate)
-    if code.fp_lanes < model.vector_lanes:  # the code kept narrower vectors: stage 2 says so
-        narrow = 2 * policy._lane_rate(code.fp_lanes, coeffs) / coeffs["flop_cycle_s"]
+    # From the ISA facts alone (not the policy's own helpers): the CPU's fp32 ceiling at full
+    # width on the cores the block uses; at stage 2, the FMA pipes each completing the code's
+    # lanes (up to the datapath's) a cycle at the top boost clock.
+    cpu, lanes = model.cpu, model.vector_lanes
+    assert stage1.arms["compute"] == pytest.approx(
+        w.flops / isa.fp32_peak_ceiling(cpu, block.cores_used, lanes)
+    )
+    if code.fp_lanes < lanes:  # the code kept narrower vectors: stage 2 says so
+        narrow = isa.fp32_peak_ceiling(cpu, block.cores_used, code.fp_lanes)
         assert stage2.lower_bound_s >= w.flops / narrow * (1 - 1e-9)
     assert measure(sch, w, target, repeat=3).min_seconds >= stage2.lower_bound_s
 
@@ -117,10 +121,10 @@ def test_compute_arm_prices_pipes_not_flops(target, model):
     func = _func([a, b, c, e, d])
     (block,) = features(func, target).blocks
     assert (block.flops_per_instance, block.muls_per_instance, block.ops_per_instance) == (3, 1, 2)
-    coeffs = validated_coefficients(RooflinePolicy(), model)
     cost = _bound(func, target, model)
-    rate = 2 * RooflinePolicy._lane_rate(coeffs["max_lanes"], coeffs) / coeffs["flop_cycle_s"]
-    assert cost.arms["compute"] == pytest.approx(n * 2 / rate)
+    # Two FLOPs' worth of FMA-pipe time per instance at the CPU's fp32 ceiling (ISA facts).
+    ceiling = isa.fp32_peak_ceiling(model.cpu, block.cores_used, model.vector_lanes)
+    assert cost.arms["compute"] == pytest.approx(n * 2 / ceiling)
     assert measure(func, None, target, reference=func, repeat=3).min_seconds >= cost.lower_bound_s
 
 
