@@ -15,20 +15,33 @@ from tvm_ext.measurement.measure import time_callable  # noqa: F401 (the bench s
 from tvm_ext.records.logs import cpu_model as cpu_name  # every figure names the CPU it ran on
 
 README = pathlib.Path(__file__).with_name("README.md")
+ROOT_README = pathlib.Path(__file__).parent.parent / "README.md"
 
 
-def write_section(name: str, header: str, table: pd.DataFrame, **markdown) -> None:
-    """Replace the README section between ``<!-- name -->`` markers with a fresh table
-    (``markdown``: options for ``DataFrame.to_markdown``, default two decimals)."""
-    text = README.read_text() if README.exists() else "# Benchmarks\n"
+def write_section(
+    name: str, header: str, table: pd.DataFrame, readme: pathlib.Path = README, **markdown
+) -> None:
+    """Replace the ``readme`` section between ``<!-- name -->`` markers with a fresh table
+    (``markdown``: options for ``DataFrame.to_markdown``, default two decimals), under
+    ``header`` and the line naming the day and the CPU (``tests/test_bench_tables.py``
+    checks every section has them and that a script writes it)."""
     stamp = datetime.date.today().isoformat()
-    body = f"<!-- {name} -->\n{header}\n\nMeasured {stamp} on {cpu_name()}.\n\n"
-    body += (
-        table.to_markdown(index=False, **({"floatfmt": ".2f"} | markdown)) + f"\n<!-- /{name} -->"
-    )
+    body = f"{header}\n\nMeasured {stamp} on {cpu_name()}.\n\n"
+    body += table.to_markdown(index=False, **({"floatfmt": ".2f"} | markdown))
+    write_text(name, body, readme)
+
+
+def write_text(name: str, text: str, readme: pathlib.Path = README) -> None:
+    """Replace the ``readme`` section between ``<!-- name -->`` markers with ``text`` (a
+    figure in prose: the sentence is the script's, the numbers its run's)."""
+    page = readme.read_text() if readme.exists() else "# Benchmarks\n"
+    body = f"<!-- {name} -->\n{text}\n<!-- /{name} -->"
     pattern = re.compile(rf"<!-- {name} -->.*?<!-- /{name} -->", re.S)
-    text = pattern.sub(body, text) if pattern.search(text) else text.rstrip() + "\n\n" + body + "\n"
-    README.write_text(text)
+    if pattern.search(page):
+        page = pattern.sub(lambda _: body, page)
+    else:
+        page = page.rstrip() + "\n\n" + body + "\n"
+    readme.write_text(page)
 
 
 def blas_report() -> str:

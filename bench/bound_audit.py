@@ -390,6 +390,59 @@ def _day_probe_text(data: dict) -> str:
     )
 
 
+def samples_table():
+    """One row per saved audit (``bench/bound_audit*.json``), from the bounds stored in it."""
+    import re
+
+    import pandas as pd
+
+    rows = []
+    for path in sorted(HERE.glob("bound_audit*.json")):
+        data = json.loads(path.read_text())
+        table = summarize(data["rows"], probed_clock_scale(data))
+        overall = table[table["workload"] == "all"].iloc[0].to_dict()
+        seed = re.search(r"--seed (\d+)", data.get("command", ""))
+        rows.append({
+            "file": path.name,
+            "seed": int(seed[1]) if seed else 0,
+            "CPU": f"{data.get('cpu_model', '?')} `{data.get('mcpu', '?')}`",
+            "measured": data.get("date", "?"),
+            "priced": data.get("priced", "when measured"),
+            "candidates": overall["candidates"],
+            "violations": overall["violations"],
+            "stage 2 violations": overall.get("stage 2 violations"),
+            "stage 2 median": overall.get("stage 2 median"),
+            "stage 2 within 3x %": overall.get("stage 2 within 3x %"),
+            "stage 2 cut at best drops %": overall.get("stage 2 cut at best drops %"),
+            "stage 2 median at probed clock": overall.get("stage 2 median at probed clock"),
+        })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def write_samples(no_readme: bool) -> None:
+    sys.path.insert(0, str(HERE))
+    from _common import write_section
+
+    table = samples_table()
+    print(table.to_string(index=False, float_format=lambda x: f"{x:.2f}"))
+    total = int(table["candidates"].sum())
+    violations = int(table["violations"].sum() + table["stage 2 violations"].fillna(0).sum())
+    if not no_readme:
+        write_section(
+            "bound-audit-samples",
+            "### Every saved audit sample (`bench/bound_audit.py --samples`)\n\n"
+            f"{len(table)} samples, {total} candidates, {violations} violations at either "
+            "stage, each as it was priced (the `priced` column: re-priced with `--rebound`, "
+            "or when measured). Seed 0 is the sample the arms were designed on; every other "
+            "seed is a fresh sample. Samples measured before 2026-12-02 read high: until then "
+            "a parity check's numpy reference left an OpenBLAS worker spinning through the "
+            'timing (`tvm_ext/base/host_threads.py` now parks it). "at probed clock": the '
+            "stage-2 median had every bound been priced at the clock the day probe read "
+            "(empty without a day probe).",
+            table,
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--per-workload", type=int, default=55)
@@ -407,12 +460,19 @@ def main() -> None:
         "--stage2", action="store_true", help="also build each candidate and price it after build"
     )
     parser.add_argument("--out", default=str(RAW))
+    parser.add_argument(
+        "--samples", action="store_true",
+        help="summarize every saved audit (bench/bound_audit*.json) as it was priced, one row each",
+    )  # fmt: skip
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--traces", help=argparse.SUPPRESS)
     parser.add_argument("--start", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         measure_child(args.child, args.traces, args.out, args.start, args.repeat)
+        return
+    if args.samples:
+        write_samples(args.no_readme)
         return
     from tvm_ext import host_target
     from tvm_ext.hardware.machine import host_machine

@@ -38,6 +38,19 @@ def _model(name: str, size: str):
     return models.build(name, size, batch=1)
 
 
+def latency_s(compiled, cores: int) -> float:
+    """The one timer of every arm (ours, stock, the rules alone, torch): a Python loop over a
+    ready call, median of 7 samples of >= 100 ms, the caller's BLAS workers parked first."""
+    from tvm_ext.base import tvm_api
+    from tvm_ext.base.host_threads import settle
+    from tvm_ext.measurement.measure import time_callable
+
+    call = compiled.ready_call()
+    settle()
+    with tvm_api.threads(cores):
+        return time_callable(call, 0.1, 7)
+
+
 def run_ours(model, target, trials: int, batch: int, seed: int) -> dict:
     import tvm_ext
 
@@ -45,7 +58,7 @@ def run_ours(model, target, trials: int, batch: int, seed: int) -> dict:
         r = tvm_ext.tune(model, target, trials=trials, batch=batch, seed=seed, log_dir=logs,
                          progress=False)  # fmt: skip
     return {
-        "latency_s": r.latency.seconds,
+        "latency_s": latency_s(r.compiled, int(target.attrs["num-cores"])),
         "tune_s": r.seconds,
         "trials": r.trials,
         "floor_s": r.floor_s,
@@ -62,7 +75,8 @@ def run_stock(model, target, trials: int, batch: int, seed: int) -> dict:
 
     with tempfile.TemporaryDirectory(prefix="bench-model-stock-") as work:
         r = tune_model_stock(model, target, work, trials=trials, batch=batch, seed=seed)
-    return {"latency_s": r.compiled.time().seconds, "tune_s": r.seconds, "trials": trials,
+    cores = int(target.attrs["num-cores"])
+    return {"latency_s": latency_s(r.compiled, cores), "tune_s": r.seconds, "trials": trials,
             "tasks": r.tasks, "tasks_tuned": r.tasks_tuned}  # fmt: skip
 
 
@@ -188,13 +202,27 @@ def parse_args() -> argparse.Namespace:
 RESULTS = pathlib.Path(__file__).with_name("model_tuning.json")
 
 
-def merged_results(models: dict, cpu: str) -> dict:
+def merged_results(models: dict, cpu: str, mcpu: str) -> dict:
     """This run's models over the results kept in ``RESULTS`` (per model: its rows, note,
     command, load), so models benchmarked in separate runs share one README table; results of
-    another CPU are dropped (every table names one CPU)."""
+    another CPU (its name and LLVM's: "AMD EPYC" is a Zen 4 and a Zen 5) or an older timing
+    protocol are dropped (every table names one CPU and one timer)."""
     kept = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    kept = {k: v for k, v in kept.items() if v.get("cpu") == cpu and k not in models}
+    kept = {
+        k: v for k, v in kept.items()
+        if (v.get("cpu"), v.get("mcpu"), v.get("timer")) == (cpu, mcpu, TIMER) and k not in models
+    }  # fmt: skip
     return kept | models
+
+
+TIMER = "time_callable over a ready call, median of 7 samples of >= 100 ms"
+
+
+def host_mcpu() -> str:
+    """LLVM's name for this host's CPU (in a child: this process never loads TVM)."""
+    code = "import tvm_ext; print(tvm_ext.host_target().attrs['mcpu'])"
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    return out.stdout.strip().splitlines()[-1]
 
 
 def main() -> None:
@@ -216,7 +244,7 @@ def main() -> None:
 
     log(f"CPU {cpu_name()}, {cores} threads, load {os.getloadavg()[0]:.2f}")
     flags = shlex.join(a for a in sys.argv[1:] if a not in ("--note", args.note))
-    started, ran = time.perf_counter(), {}
+    started, ran, mcpu = time.perf_counter(), {}, host_mcpu()
     for name in args.models.split(","):
         load = os.getloadavg()[0]
         rows, note = bench_model(name, args, env, log)
@@ -225,17 +253,20 @@ def main() -> None:
             "command": f".venv/bin/python bench/model_tuning.py {flags}",
             "remark": args.note, "load": [load, os.getloadavg()[0]],
             "date": time.strftime("%Y-%m-%d"), "seed": args.seed, "batch": args.batch,
+            "mcpu": mcpu, "timer": TIMER,
         }  # fmt: skip
     this_run = pd.DataFrame([row for r in ran.values() for row in r["rows"]])
     print(this_run.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     log(f"bench wall time {time.perf_counter() - started:.0f} s; load {os.getloadavg()[0]:.2f}")
     if not args.no_readme:
-        results = merged_results(ran, cpu_name())
+        results = merged_results(ran, cpu_name(), mcpu)
         RESULTS.write_text(json.dumps(results, indent=1, default=float) + "\n")
         table = pd.DataFrame([row for r in results.values() for row in r["rows"]])
         header = (
             f"### Tuning a whole model: ours vs stock `tune_relax` ({cores} threads, same "
             "trials, seed and batch per model; each arm a fresh process)\n\n"
+            f"`{mcpu}`. Every latency (ours tuned, stock tuned, the rules alone, torch eager) by "
+            f"one timer: {TIMER}.\n\n"
             + "\n".join(
                 f"- {r['note']} ({r['date']}, seed {r['seed']}, batch {r['batch']}, load "
                 f"{r['load'][0]:.1f} -> {r['load'][1]:.1f}; `{r['command']}`) {r['remark']}"

@@ -29,16 +29,19 @@ import time  # noqa: E402
 
 import pandas as pd  # noqa: E402
 from _common import (  # noqa: E402
+    ROOT_README,
     add_timing_args,
     blas_report,
     cpu_name,
     time_callable,
     write_section,
+    write_text,
 )
 from threadpoolctl import threadpool_limits  # noqa: E402
 
 import tvm_ext  # noqa: E402
 from tvm_ext import models  # noqa: E402
+from tvm_ext.base import tvm_api  # noqa: E402
 from tvm_ext.base.tvm_api import physical_cores  # noqa: E402
 from tvm_ext.hardware.target import target_cpu  # noqa: E402
 from tvm_ext.model_pipeline.compile import compile_untuned  # noqa: E402
@@ -94,14 +97,17 @@ def bench_one(name, batch, args, target, cores, log):
     skipped.update(ort_skip)
     for contender, reason in skipped.items():
         log(f"{model.key}: {contender} skipped: {reason}")
-    times = {k: [] for k in [*tvm, *peers]}
+    # One timer for every contender: a Python loop over a ready call (ours: the VM entry with
+    # its arguments placed), the same samples, rounds and statistic (bench/README.md).
+    for compiled in tvm.values():  # parity against the numpy reference before any timing
+        if not compiled.checked:
+            compiled.check()
+    calls = {k: compiled.ready_call() for k, compiled in tvm.items()} | peers
+    times = {k: [] for k in calls}
     for _ in range(args.rounds):
-        for k, compiled in tvm.items():
+        for k, fn in calls.items():
             time.sleep(args.pause)  # let the previous contender's spinning workers park
-            times[k].append(compiled.time(repeat=args.repeat, min_repeat_ms=args.min_ms).seconds)
-        for k, fn in peers.items():
-            time.sleep(args.pause)
-            with threadpool_limits(cores):
+            with threadpool_limits(cores), tvm_api.threads(cores):
                 times[k].append(time_callable(fn, args.min_ms / 1e3, args.repeat))
     med = {k: statistics.median(v) for k, v in times.items()}
     best_peer = min((med[k] for k in peers), default=None)
@@ -164,10 +170,11 @@ def main() -> None:
     target = tvm_ext.host_target()
     log = functools.partial(print, flush=True)
     log(f"CPU {cpu_name()}, LLVM mcpu={target_cpu(target)}, {cores} threads; BLAS: {blas_report()}")
-    rows, tables, skips = [], [], {}
+    rows, tables, skips, shares = [], [], {}, {}
     for name in args.models.split(","):
         for batch in (int(b) for b in args.batches.split(",")):
             row, table, skipped = bench_one(name, batch, args, target, cores, log)
+            shares.setdefault(name, table.groupby("rule")["share"].sum().to_dict())  # batch 1
             rows.append(row)
             tables.append(table)
             for k, reason in skipped.items():
@@ -181,6 +188,35 @@ def main() -> None:
     if not args.no_readme:
         write_section("models", readme_header(args, cores, target_cpu(target), skips),
                       readable(result), disable_numparse=True)  # fmt: skip
+        if args.size == "full" and set(args.models.split(",")) == set(models.ZOO):
+            summary = readme_summary(result, shares, args, cores, target_cpu(target))
+            write_text("zoo-summary", summary, ROOT_README)
+
+
+def readme_summary(result: pd.DataFrame, shares: dict, args, cores: int, mcpu: str) -> str:
+    """The README's paragraph on the zoo: each model's ratios at every batch run and which rule
+    took its FLOPs (``tests/test_readme_claims.py`` checks the shares against the rules)."""
+    batches = " / ".join(f"batch {b}" for b in dict.fromkeys(result["batch"]))
+    ratios = []
+    for name, rows in result.groupby("model", sort=False):
+        untuned = " / ".join(f"{v:.3g}x" for v in rows["ours vs untuned"])
+        eager = " / ".join(f"{v:.3g}x" for v in rows["ours vs torch eager"])
+        peer = " / ".join(f"{v:.3g}x" for v in rows["ours vs best peer"])
+        ratios.append(f"{name.split(' ')[0]} {untuned}, {eager} and {peer}")
+    rules = []
+    for name, by_rule in shares.items():
+        parts = [(r, 100 * v) for r, v in by_rule.items() if round(100 * v, 2) > 0]
+        parts.sort(key=lambda x: -x[1])
+        rules.append(f"{name}: " + ", ".join(f"`{r}` {v:.2f} %" for r, v in parts))
+    fallback = any(by_rule.get("fallback") for by_rule in shares.values())
+    return (
+        f"Latest ({cpu_name()} `{mcpu}`, {cores} threads each; `bench/models.py`, whose table "
+        f"and command are in `bench/README.md`): rules only, no tuning, at {batches}, ours vs "
+        f"TVM untuned, vs torch eager and vs the best peer: {'; '.join(ratios)}. "
+        + ("Some PrimFunc of the zoo fell to the fallback rule. " if fallback else
+           "Every PrimFunc of the zoo is taken by a specific rule (none by the fallback). ")
+        + f"FLOPs by rule: {'; '.join(rules)}."
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -7,8 +7,9 @@ legalized as a model's are), at each odd extent ``n`` and at ``ceil(n / 16) * 16
 schedule it (``tvm_ext.schedules.rules.schedule_func``, the rule named in the table), parity
 is checked against the unscheduled build on random inputs, then both are timed by TVM's
 ``time_evaluator`` (``tvm_ext.measure``: median of ``--repeat`` runs of >= ``--min-ms``) with
-the target's threads. ``odd / padded`` compares times per call (the padded kernel does more
-work: a ratio under 1.3 is the target); ``x unscheduled`` is the unscheduled time over ours.
+the target's threads, in interleaved rounds. ``odd / padded`` compares times per call (the
+padded kernel does more work: a ratio under 1.3 is the target); ``x unscheduled`` is the
+unscheduled time over ours.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python bench/odd_extents.py \
         [--families matmul,bmm_nt,softmax,conv_nhwc,depthwise,gemv] [--no-readme]
@@ -21,6 +22,7 @@ from _unpin import rerun_unpinned  # noqa: E402
 rerun_unpinned()  # before numpy loads OpenBLAS
 
 import argparse  # noqa: E402
+import statistics  # noqa: E402
 
 import pandas as pd  # noqa: E402
 from _common import blas_report, cpu_name, write_section  # noqa: E402
@@ -93,20 +95,28 @@ FAMILIES = {
 }
 
 
-def measure_pair(func, target, args):
-    """(rule, ours s, unscheduled s): both timed by one protocol after parity."""
-    func = func.with_attr("global_symbol", "main")
-    sch, rule = schedule_func(func, target)
+def measure_row(odd, padded, target, args):
+    """(rule, ours s at n, ours s padded, unscheduled s at n): each the median over
+    ``--rounds`` interleaved rounds (a noisy neighbour hits all three alike), every round a
+    parity-checked ``tvm_ext.measure`` (median of ``--repeat`` runs of >= ``--min-ms``)."""
+    odd, padded = (f.with_attr("global_symbol", "main") for f in (odd, padded))
+    (ours, rule), (even, _) = schedule_func(odd, target), schedule_func(padded, target)
     kw = {"repeat": args.repeat, "min_repeat_ms": args.min_ms}
     # A weight's repack into panels runs once, at compile time, in a model: not timed here.
-    ours = tvm_ext.measure(sch, target=target, reference=func, weights_repacked_once=True, **kw)
-    plain = tvm_ext.measure(func, target=target, reference=func, **kw)
-    return rule, ours.seconds, plain.seconds
+    subjects = [(ours, odd, True), (even, padded, True), (odd, odd, False)]
+    times = [[], [], []]
+    for _ in range(args.rounds):
+        for spot, (obj, reference, repacked) in zip(times, subjects):
+            m = tvm_ext.measure(obj, target=target, reference=reference,
+                                weights_repacked_once=repacked, **kw)  # fmt: skip
+            spot.append(m.seconds)
+    return (rule, *(statistics.median(t) for t in times))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--families", default=",".join(FAMILIES))
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--min-ms", type=int, default=50)
     parser.add_argument("--no-readme", action="store_true")
@@ -119,8 +129,7 @@ def main() -> None:
         make, extents = FAMILIES[family]
         for n in extents:
             padded = -(-n // 16) * 16
-            rule, odd, plain = measure_pair(make(n), target, args)
-            _, even, _ = measure_pair(make(padded), target, args)
+            rule, odd, even, plain = measure_row(make(n), make(padded), target, args)
             rows.append({
                 "kernel": f"{family}: {make.__doc__.splitlines()[0]}",
                 "n": n, "padded": padded, "rule": rule,
@@ -139,7 +148,8 @@ def main() -> None:
         f"\n\nRules only, {cores} threads (`-mcpu={target_cpu(target)}`); each kernel at an odd "
         "extent n and padded up to the next multiple of 16, and unscheduled at n; parity "
         "against the unscheduled build first; every time by TVM's `time_evaluator` "
-        f"(`tvm_ext.measure`, median of {args.repeat} runs of >= {args.min_ms} ms). "
+        f"(`tvm_ext.measure`, median of {args.repeat} runs of >= {args.min_ms} ms), the three "
+        f"of a row in {args.rounds} interleaved rounds, the median kept. "
         "`odd / padded`: time per call at n over at the padded extent (target <= 1.3); "
         "`x unscheduled`: unscheduled time over ours. Each row is the kernel alone: in a "
         "model, a weight whose output axis is no whole number of 8-lane statements (conv to "

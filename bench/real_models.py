@@ -57,8 +57,7 @@ def contenders(model, compiled, cores: int, use_compile: bool, folder):
     torch.set_num_threads(cores)
     module = model.torch_module
     inputs = [torch.from_numpy(np.array(a)) for a in model.inputs]
-    entry, arguments = compiled.vm[compiled.entry], compiled.arguments()
-    calls = {"ours": lambda: entry(*arguments)}
+    calls = {"ours": compiled.ready_call()}
     skipped = {}
 
     def eager():

@@ -13,12 +13,18 @@ HERE = pathlib.Path(__file__).resolve().parent.parent / "notebooks"
 NOTEBOOKS = sorted(HERE.glob("*.ipynb"))
 
 
-# The three longest quick runs go to the slow tier (`.ci/run` runs it): 05 tunes a model with
+# The longest quick runs go to the slow tier (`.ci/run` runs it): 05 tunes a model with
 # ours and with stock `tune_relax` (~110 s; `test_model_tune.py` and `test_tune_promises.py`
 # cover its API in the fast tier), 02 trains and evaluates every policy on the shipped dataset
 # (~55 s; `test_policies.py`, `test_heldout.py`), 04 compiles every zoo model and profiles
-# torchvision's resnet18 (~45 s; `test_models.py`, `test_torch_models.py`, `test_rules.py`).
-SLOW = {"02_cost_policies.ipynb", "04_models.ipynb", "05_tune_a_model.ipynb"}
+# torchvision's resnet18 (~45 s; `test_models.py`, `test_torch_models.py`, `test_rules.py`),
+# 01 runs the lab's three schedules and a tune (~14 s; `test_cli.py`'s lab and tune tests).
+SLOW = {
+    "01_schedule_three_ways.ipynb",
+    "02_cost_policies.ipynb",
+    "04_models.ipynb",
+    "05_tune_a_model.ipynb",
+}
 PARAMS = [pytest.param(p, marks=pytest.mark.slow) if p.name in SLOW else p for p in NOTEBOOKS]
 
 

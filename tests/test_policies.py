@@ -242,6 +242,7 @@ def test_workload_folds_never_split_a_workload():
         workload_folds(names, 8)
 
 
+@pytest.mark.slow  # ~19 s; the protocol is also run, and checked, by test_heldout's command test
 def test_evaluate_policies_on_held_out_workloads(data):
     keep = sorted(data["workload"].unique())[:3]
     small = data[data["workload"].isin(keep)]

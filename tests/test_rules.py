@@ -274,7 +274,9 @@ def _block_text(text: str, name: str) -> str:
     """The text of block ``name`` up to the next block."""
     start = text.index(f'T.sblock("{name}")')
     rest = text[start + 1 :]
-    return text[start : start + 1 + rest.index("with T.sblock")] if "with T.sblock" in rest else text[start:]
+    if "with T.sblock" not in rest:
+        return text[start:]
+    return text[start : start + 1 + rest.index("with T.sblock")]
 
 
 def test_a_conv_to_an_odd_channel_count_is_padded_like_a_matmul(host):

@@ -9,7 +9,9 @@ from typing import Callable
 import pandas as pd
 
 from tvm_ext import schedules
+from tvm_ext.base import tvm_api
 from tvm_ext.base.errors import ParityError
+from tvm_ext.base.host_threads import settle
 from tvm_ext.cost import RooflinePolicy, evaluate
 from tvm_ext.hardware.target import as_target, target_cores
 from tvm_ext.kernel_tuner.tuner import tune
@@ -110,7 +112,8 @@ def run_lab(
 def run_model_lab(name: str = "decoder", size: str = "full", target=None) -> pd.DataFrame:
     """One zoo model end to end: TVM untuned vs ours (the IR rules, no tuning) vs torch eager
     (when installed), each parity-checked against the model's numpy reference before it is
-    timed, all on the target's ``num-cores`` threads. A contender that fails parity shows
+    timed, all on the target's ``num-cores`` threads and by one timer (``time_callable`` over
+    a ready call: median of 5 samples of >= 50 ms). A contender that fails parity shows
     ``FAIL`` and no time; torch absent shows why."""
 
     target = as_target(target)
@@ -123,7 +126,10 @@ def run_model_lab(name: str = "decoder", size: str = "full", target=None) -> pd.
             records.append({"contender": label, "parity": f"FAIL ({err.max_rel_error:.1e})"})
             continue
         _, rel = compiled.check()
-        seconds = compiled.time(repeat=5, min_repeat_ms=50).seconds
+        call = compiled.ready_call()
+        settle()  # the reference's BLAS workers parked before the timing
+        with tvm_api.threads(target_cores(target)):  # one timer for every contender
+            seconds = time_callable(call, 0.05, 5)
         records.append({"contender": label, "parity": f"ok ({rel:.1e})", "ms": seconds * 1e3})
     try:
         call = torch_eager(model, target_cores(target))

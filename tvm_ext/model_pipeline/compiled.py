@@ -122,6 +122,14 @@ class Compiled:
         spread = (max(times) - min(times)) / median
         return Timing(median, min(times), spread, len(times), self.threads, self.flops)
 
+    def ready_call(self, inputs=None):
+        """A no-argument call of the VM entry with ``inputs`` (default the model's) checked
+        and placed and the weights ready: what a side-by-side benchmark times for this
+        model, as it times a peer's ready call (the caller sets the threads:
+        ``tvm_api.threads``)."""
+        entry, arguments = self.vm[self.entry], self.arguments(inputs)
+        return lambda: entry(*arguments)
+
     def _inputs_or_default(self, inputs) -> tuple[np.ndarray, ...]:
         if inputs is not None:
             return tuple(inputs)
