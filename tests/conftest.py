@@ -71,11 +71,13 @@ def _session_machine_model():
         best_machine(tvm_ext.host_target())
 
 
-# One pool of build workers per (workers, timeout) for the session's tunes: a tune starts its
-# own (fresh processes importing TVM, ~5-8 s on 2 cores) and shuts it down at its end, which
-# the 30-odd tunes of the fast tier paid each time. Tests of that lifecycle (``private_tmp``:
-# no process, no artifact left behind) keep the real one.
+# One pool of build workers per (workers, timeout), and one runner per thread count, for the
+# session's tunes: a tune starts its own (fresh processes importing TVM: build workers ~2-8 s,
+# the runner's worker and its sanity check ~5 s on 2 cores) and shuts them down at its end,
+# which the 30-odd tunes of the fast tier paid each time. Tests of that lifecycle
+# (``private_tmp``: no process, no artifact left behind) keep the real ones.
 _POOLS: dict = {}
+_RUNNERS: dict = {}
 
 
 def _shared_builder(workers: int, timeout_s: float = 120.0):
@@ -96,13 +98,20 @@ def _shared_build_workers(request, monkeypatch):
         return
     from tvm_ext.kernel_tuner import session
 
-    real_close = session._close
+    real_close, real_runner = session._close, session.local_runner
+
+    def shared_runner(cores: int):
+        if cores not in _RUNNERS:
+            _RUNNERS[cores] = real_runner(cores)
+        return _RUNNERS[cores]
 
     def close(builder, runner, own_runner):
         shared = any(builder is b for b in _POOLS.values())
-        real_close(None if shared else builder, runner, own_runner)
+        ours = own_runner and not any(runner is r for r in _RUNNERS.values())
+        real_close(None if shared else builder, runner, ours)
 
     monkeypatch.setattr(session, "PersistentBuilder", _shared_builder)
+    monkeypatch.setattr(session, "local_runner", shared_runner)
     monkeypatch.setattr(session, "_close", close)
     yield
 
@@ -112,7 +121,10 @@ def _shut_shared_build_workers():
     yield
     for builder in _POOLS.values():
         builder.shutdown()
+    for runner in _RUNNERS.values():
+        runner.pool.shutdown()
     _POOLS.clear()
+    _RUNNERS.clear()
 
 
 def best_machine(host, probes: int = 8):

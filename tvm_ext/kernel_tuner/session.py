@@ -122,15 +122,21 @@ def open_session(task: Task, work_dir=None, runner=None, build_timeout_s: float 
         # start-up on the same cores would make the hand schedule (the initial cut) look slow.
         builder = PersistentBuilder(workers=max(task.cores, 1), timeout_s=build_timeout_s)
         if own_runner:
-            runner = tvm_api.ms.runner.LocalRunner(
-                initializer=functools.partial(tvm_api.set_runner_threads, task.cores)
-            )
+            runner = local_runner(task.cores)
         with routed_logs(work_dir) as logger:
             yield Session(work_dir, kept, builder, runner, logger, started)
     finally:
         _close(builder, runner, own_runner)
         if not kept and work_dir is not None:
             shutil.rmtree(work_dir, ignore_errors=True)
+
+
+def local_runner(cores: int):
+    """MetaSchedule's ``LocalRunner``, each run on ``cores`` threads. Its constructor starts a
+    worker that imports TVM and runs a sanity check (~5 s on 2 cores), once per tune."""
+    return tvm_api.ms.runner.LocalRunner(
+        initializer=functools.partial(tvm_api.set_runner_threads, cores)
+    )
 
 
 def _close(builder, runner, own_runner: bool) -> None:
@@ -166,4 +172,4 @@ def routed_logs(work_dir: str) -> Iterator[logging.Logger]:
         root.handlers, root.level, root.propagate = saved
 
 
-__all__ = ["Session", "Task", "open_session", "prepare", "routed_logs"]
+__all__ = ["Session", "Task", "local_runner", "open_session", "prepare", "routed_logs"]
