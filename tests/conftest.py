@@ -17,6 +17,9 @@ def pytest_configure(config):
     one session, never every later run. Set ``TVM_EXT_CACHE_DIR`` yourself to keep a probe
     across sessions."""
     global _SESSION_CACHE
+    config.addinivalue_line(
+        "markers", "own_workers: each tune starts and stops its own build workers and runner"
+    )
     if not os.environ.get("TVM_EXT_CACHE_DIR"):
         _SESSION_CACHE = tempfile.mkdtemp(prefix="tvm-ext-test-cache-")
         os.environ["TVM_EXT_CACHE_DIR"] = _SESSION_CACHE
@@ -75,7 +78,8 @@ def _session_machine_model():
 # session's tunes: a tune starts its own (fresh processes importing TVM: build workers ~2-8 s,
 # the runner's worker and its sanity check ~5 s on 2 cores) and shuts them down at its end,
 # which the 30-odd tunes of the fast tier paid each time. Tests of that lifecycle
-# (``private_tmp``: no process, no artifact left behind) keep the real ones.
+# (``private_tmp``: no process, no artifact left behind; ``own_workers``: the soak of
+# back-to-back tunes) keep the real ones.
 _POOLS: dict = {}
 _RUNNERS: dict = {}
 
@@ -93,7 +97,7 @@ def _shared_builder(workers: int, timeout_s: float = 120.0):
 
 @pytest.fixture(autouse=True)
 def _shared_build_workers(request, monkeypatch):
-    if "private_tmp" in request.fixturenames:
+    if "private_tmp" in request.fixturenames or request.node.get_closest_marker("own_workers"):
         yield
         return
     from tvm_ext.kernel_tuner import session

@@ -12,6 +12,7 @@ from tvm_ext import kernels as K
 
 
 @pytest.mark.slow
+@pytest.mark.own_workers  # the tune's whole lifecycle, its workers started and stopped each time
 def test_back_to_back_tunes_do_not_leak(tmp_path, host, monkeypatch):
     from tvm_ext.kernel_tuner.tuner import tune
 
