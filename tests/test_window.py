@@ -227,3 +227,59 @@ def test_a_row_reduction_with_a_unit_batch_vectorizes_its_lanes(host):
     )
     # The sum and the sum of squares, each a whole vector of partial sums.
     assert sorted(int(width) for width, _ in vectorized) == [lanes, lanes], vectorized
+
+
+def _random_statistics(module) -> None:
+    """Batch norm statistics and affine parameters away from (0, 1), so parity tests them."""
+    with torch.no_grad():
+        for layer in module.modules():
+            if isinstance(layer, torch.nn.BatchNorm2d):
+                layer.running_mean.uniform_(-0.5, 0.5)
+                layer.running_var.uniform_(0.5, 2.0)
+                layer.weight.uniform_(0.5, 1.5)
+                layer.bias.uniform_(-0.5, 0.5)
+
+
+def test_batch_norm_folds_into_the_convolution_before_it():
+    """Every batch norm after a convolution becomes the convolution's weight, scaled per
+    output channel, and one bias add: no kernel subtracts the mean or divides by the deviation
+    per element (the rules' kernels are named after the operators they fuse)."""
+    torch.manual_seed(1)
+    module = SmallCnn(head=False).eval()
+    _random_statistics(module)
+    x = torch.randn(1, 3, 30, 30)
+    compiled = tvm_ext.compile(tvm_ext.from_torch(module, (x,), name="small_cnn_bn"))
+    with torch.no_grad():
+        want = module(x).numpy()
+    np.testing.assert_allclose(
+        compiled.run(x.numpy()), want, rtol=1e-4, atol=1e-4 * abs(want).max()
+    )
+    convs = [k for k in compiled.kernels if "conv2d" in k]
+    assert len(convs) == 4, compiled.kernels
+    assert not any(op in k for k in compiled.kernels for op in ("subtract", "divide")), convs
+
+
+def test_a_convolution_read_elsewhere_keeps_its_batch_norm():
+    """A convolution whose output is also read past its batch norm is not folded (the fold
+    would compute the convolution twice); the result is right either way."""
+
+    class Both(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.norm = torch.nn.Conv2d(4, 8, 3, 1, 1), torch.nn.BatchNorm2d(8)
+
+        def forward(self, x):
+            y = self.conv(x)
+            return self.norm(y) + y
+
+    torch.manual_seed(2)
+    module = Both().eval()
+    _random_statistics(module)
+    x = torch.randn(1, 4, 10, 10)
+    compiled = tvm_ext.compile(tvm_ext.from_torch(module, (x,), name="conv_bn_both"))
+    with torch.no_grad():
+        want = module(x).numpy()
+    np.testing.assert_allclose(
+        compiled.run(x.numpy()), want, rtol=1e-4, atol=1e-4 * abs(want).max()
+    )
+    assert any("divide" in k for k in compiled.kernels), compiled.kernels

@@ -26,7 +26,7 @@ from tvm_ext.hardware.target import as_target
 from tvm_ext.model_pipeline.boundary import InputSpec, index_checks, input_vars
 from tvm_ext.model_pipeline.compiled import Compiled, Reference, Timing
 from tvm_ext.model_pipeline.index_guard import safe_indexing
-from tvm_ext.model_pipeline.layout import channels_last, whole_vector_weights
+from tvm_ext.model_pipeline.layout import channels_last, folded_batch_norm, whole_vector_weights
 from tvm_ext.model_pipeline.relax_fixes import activations_as_fast_math, fixed
 from tvm_ext.schedules.rules.dispatch import apply
 from tvm_ext.workloads.model_base import Model
@@ -116,6 +116,10 @@ def lower(mod, target, entry: str):
             # Weights folded first (a Linear's transpose), so an odd output axis is padded
             # once, at compile time (layout.whole_vector_weights).
             transform.FoldConstant(),
+            # A batch norm after a convolution into its weight and one bias, at compile time.
+            tvm_api.transform.module_pass(
+                lambda m, _ctx: folded_batch_norm(m), opt_level=0, name="FoldedBatchNorm"
+            ),
             tvm_api.transform.module_pass(
                 lambda m, _ctx: whole_vector_weights(m), opt_level=0, name="WholeVectorWeights"
             ),

@@ -131,4 +131,131 @@ def _channels_last_dense(call) -> bool:
     )
 
 
-__all__ = ["PAD_LANES", "channels_last", "has_nchw_convolutions", "whole_vector_weights"]
+# Per-channel arithmetic a convolution's output may go through, folded into its weight and one
+# bias: (op, whether the constant may stand on the left).
+_AFFINE = {
+    "relax.add": True,
+    "relax.subtract": False,
+    "relax.multiply": True,
+    "relax.divide": False,
+}
+
+
+def folded_batch_norm(mod):
+    """``mod`` with each chain of per-channel constant arithmetic after a convolution by a
+    constant weight (an inference batch norm as Relax decomposes it: ``(conv - mean) / sqrt(var
+    + eps) * gamma + beta``; a bias add) folded into the convolution: its weight scaled per
+    output channel and one bias added, ``conv(x, W * a) + b``: one add per output element
+    instead of a subtract, a divide, a multiply and an add, and one constant per kernel instead
+    of four, as onnxruntime and torch.compile's freezing fold it. Measured on Zen 4 (2 threads,
+    interleaved A/B with the one timer): no change beyond noise at full size (resnet50 55.2 vs
+    55.0 ms, mobilenet_v2 4.52 vs 4.50, resnet18 23.5 vs 24.2): the rules already apply the
+    chain to the accumulator tile in registers. Run after constant folding (the divisor
+    ``sqrt(var + eps)`` is a constant then); the chain's inner bindings are left for dead-code
+    elimination (kept, and still correct, when something else reads them)."""
+    ends = []
+    for func in mod.functions.values():
+        if isinstance(func, tvm_api.PrimFunc):
+            continue
+        values = dict(tvm_api.bindings(func))
+        uses: dict = {}
+        for value in values.values():
+            for arg in getattr(value, "args", ()):
+                uses[arg] = uses.get(arg, 0) + 1
+        # A step's variable operand read nowhere else is folded by the step after it.
+        inner = {
+            step[2]
+            for step in (_step(v) for v in values.values() if tvm_api.call_name(v) in _AFFINE)
+            if step is not None and uses.get(step[2], 0) == 1
+        }
+        for var, value in values.items():
+            new = None if var in inner else _fold(value, values, uses)
+            if new is not None:
+                ends.append((value, new))
+    if not ends:
+        return mod
+    return tvm_api.rewrite_calls(mod, lambda call: _replacement(call, ends))
+
+
+def _replacement(call, ends):
+    return next((new for value, new in ends if value.same_as(call)), None)
+
+
+def _fold(call, values, uses):
+    """The folded expression when ``call`` ends a chain of per-channel constant arithmetic
+    on a convolution's output, else None."""
+    steps = []
+    while tvm_api.call_name(call) in _AFFINE:
+        step = _step(call)
+        if step is None or uses.get(step[2], 0) != 1 or step[2] not in values:
+            break
+        steps.append(step)
+        call = values[step[2]]
+    if tvm_api.call_name(call) != CONV or not steps:
+        return None
+    weight = tvm_api.constant_values(call.args[1])
+    attrs = call.attrs
+    out_axis = str(attrs.out_layout).find("C")
+    shape = [int(d) for d in call.ty.shape]
+    if weight is None or weight.dtype != np.float32 or out_axis < 0:
+        return None
+    channels = shape[out_axis]
+    scale, shift = np.ones(channels), np.zeros(channels)
+    for name, const, _ in reversed(steps):
+        per_channel = _per_channel(const, shape, out_axis)
+        if per_channel is None:
+            return None
+        if name == "relax.add":
+            shift = shift + per_channel
+        elif name == "relax.subtract":
+            shift = shift - per_channel
+        elif name == "relax.multiply":
+            scale, shift = scale * per_channel, shift * per_channel
+        else:
+            scale, shift = scale / per_channel, shift / per_channel
+    if len(steps) == 1 and steps[0][0] == "relax.add":
+        return None  # a bias add alone: nothing to fold
+    o_axis = str(attrs.kernel_layout).find("O")
+    reshaped = [1] * weight.ndim
+    reshaped[o_axis] = channels
+    folded_weight = (weight * scale.reshape(reshaped)).astype(weight.dtype)
+    bias_shape = [1] * len(shape)
+    bias_shape[out_axis] = channels
+    conv = tvm_api.relax.Call(call.op, [call.args[0], tvm_api.relax.const(folded_weight)], attrs)
+    bias = tvm_api.relax.const(shift.reshape(bias_shape).astype(weight.dtype))
+    return tvm_api.relax.op.add(conv, bias)
+
+
+def _step(call):
+    """(op, constant values, the variable operand) of one per-channel step, else None."""
+    name = tvm_api.call_name(call)
+    a, b = call.args
+    if tvm_api.constant_values(b) is not None and tvm_api.constant_values(a) is None:
+        return name, tvm_api.constant_values(b), a
+    if _AFFINE[name] and tvm_api.constant_values(a) is not None:
+        return name, tvm_api.constant_values(a), b
+    return None
+
+
+def _per_channel(const, shape: list[int], axis: int):
+    """``const`` as a vector over the ``axis`` of an output of ``shape`` when it broadcasts
+    along that axis only (a batch norm's ``(1, 1, 1, C)`` in NHWC, ``(1, C, 1, 1)`` in NCHW, a
+    scalar), else None."""
+    const = np.asarray(const, dtype=np.float64)
+    if const.ndim > len(shape):
+        return None
+    aligned = [1] * (len(shape) - const.ndim) + list(const.shape)
+    if any(d != 1 for i, d in enumerate(aligned) if i != axis):
+        return None
+    if aligned[axis] not in (1, shape[axis]):
+        return None
+    return np.broadcast_to(const.reshape(-1), (shape[axis],)).copy()
+
+
+__all__ = [
+    "PAD_LANES",
+    "channels_last",
+    "folded_batch_norm",
+    "has_nchw_convolutions",
+    "whole_vector_weights",
+]
