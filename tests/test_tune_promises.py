@@ -115,3 +115,39 @@ def test_tune_never_returns_a_slower_search_winner(tmp_path, host, monkeypatch,
     assert r.source == expected
     assert r.measurement.seconds == min(search_s, hand_s)
     assert (r.trace == hand) == (expected == "hand schedule")
+
+
+def test_a_best_candidate_failing_parity_is_marked_failed_and_the_next_one_taken(
+    tmp_path, host, monkeypatch
+):
+    """The fastest record computes a wrong result (injected: a ParityError when select checks
+    it): the tune goes on with the next fastest, keeps every record, and the log holds the
+    wrong one as a failed run, so no replay takes it."""
+    from tvm_ext.base.errors import ParityError
+    from tvm_ext.kernel_tuner.tuner import tune
+    from tvm_ext.records.logs import apply_trace, best_record, read_records
+
+    w = K.matmul(64, 64, 64)
+    wrong: list[str] = []
+    phases = Phases(monkeypatch, hand_trace="")
+    checked = stages.measure
+
+    def measure(sch, *args, **kwargs):
+        if phases.stage == "select" and not wrong:
+            wrong.append(str(sch.trace))
+            raise ParityError(
+                "injected: the kernel's output is wrong", max_abs_error=1.0, max_rel_error=1.0
+            )
+        return checked(sch, *args, **kwargs)
+
+    monkeypatch.setattr(stages, "measure", measure)
+    r = tune(w.func, host, trials=8, batch=8, seed=1, log_dir=tmp_path, progress=False,
+             hand_schedule=False)  # fmt: skip
+    assert wrong and r.measurement.max_rel_error < 1e-4
+    assert r.trace != wrong[0]
+    (folder,) = tmp_path.glob("*/*")
+    records = read_records(folder)
+    traces = [str(apply_trace(w.func, rec.trace_json).trace) for rec in records]
+    assert len(records) >= 2 and wrong[0] in traces
+    assert all(rec.failed for rec, t in zip(records, traces) if t == wrong[0])
+    assert str(apply_trace(w.func, best_record(folder).trace_json).trace) != wrong[0]

@@ -256,30 +256,54 @@ class Selection:
     cost: object  # the bound policy's Cost of the winner
 
 
-def best_in(task: Task, database):
-    """The fastest record of ``database`` for the task, as a Schedule (None when none ran)."""
-    records = database.get_top_k(database.commit_workload(task.mod), 1)
-    return apply_trace(task.func, records[0].trace) if records else None
+def best_in(task: Task, database, k: int = 1) -> list:
+    """The ``k`` fastest records of ``database`` for the task, fastest first."""
+    return list(database.get_top_k(database.commit_workload(task.mod), k))
 
 
-def select(task: Task, session: Session, seeded: Seed, bound_policy) -> Selection:
+# When the fastest record fails parity, the next fastest are tried, up to this many in all.
+PARITY_TRIES = 4
+
+
+def select(task: Task, session: Session, seeded: Seed, bound_policy,
+           failed: list | None = None) -> Selection:  # fmt: skip
     """Parity-check the best record and measure it; when it is not the hand schedule, time
     both side by side (records were timed at different moments on a shared machine), so the
-    result is never slower than the hand schedule."""
+    result is never slower than the hand schedule.
 
-    best = best_in(task, seeded.database)
-    if best is None:
+    A record that fails parity (a wrong kernel MetaSchedule's runner timed without checking
+    its output) is appended to ``failed`` (its trace, as the log holds it, for
+    :func:`persist` to mark it failed) and the next fastest is tried, then the hand schedule;
+    a TuneError when none is left. A hand schedule that fails parity raises ParityError: the
+    rules' bug, not the search's."""
+    failed = [] if failed is None else failed
+    records = best_in(task, seeded.database, PARITY_TRIES)
+    if not records:
         raise TuneError(
             f"tuning {task.label} measured no valid candidate; pass work_dir= to keep "
             "MetaSchedule's logs"
         )
     hand = seeded.hand
-    source: Source = "hand schedule" if hand is not None and _same(best, hand) else "search"
-    try:
-        result = measure_on_task(task, best)
-    except ParityError:
-        log.error("the best candidate of %s failed parity", task.label)
-        raise
+    best = result = None
+    for record in records:
+        sch = apply_trace(task.func, record.trace)
+        if hand is not None and _same(sch, hand):
+            best, result = hand, measure_on_task(task, hand)
+            break
+        try:
+            best, result = sch, measure_on_task(task, sch)
+            break
+        except ParityError as err:
+            log.error("a candidate of %s failed parity (marked failed in the log; the next "
+                      "fastest is tried): %s", task.label, err)  # fmt: skip
+            failed.append(record.as_json()[0])
+    if best is None and hand is not None:
+        best, result = hand, measure_on_task(task, hand)
+    if best is None:
+        raise TuneError(
+            f"tuning {task.label}: each of its {len(records)} fastest candidates failed parity"
+        )
+    source: Source = "hand schedule" if best is hand else "search"
     if source == "search" and hand is not None:
         hand_m = measure_on_task(task, hand)
         if hand_m.seconds < result.seconds:
@@ -292,9 +316,11 @@ def _same(a, b) -> bool:
     return str(a.trace) == str(b.trace)
 
 
-def persist(folder, task: Task, session: Session, policy, stats, chosen: Selection | None):
+def persist(folder, task: Task, session: Session, policy, stats, chosen: Selection | None,
+            failed: list = ()):  # fmt: skip
     """Add the session's records to the frozen log ``folder`` with a manifest; ``chosen`` is
-    None when the tune stopped early (records kept, parity not yet checked)."""
+    None when the tune stopped early (records kept, parity not yet checked); the records of
+    the traces in ``failed`` (that failed parity in :func:`select`) are kept as failed runs."""
     result = chosen.measurement if chosen is not None else None
     flops = task.workload.flops if task.workload is not None else None
     best = result.seconds if result is not None else stats.incumbent_s
@@ -316,7 +342,8 @@ def persist(folder, task: Task, session: Session, policy, stats, chosen: Selecti
     if result is None:
         manifest["parity"] = {"max_rel_error": None, "ok": None}  # stopped early: replay checks
     chose_hand = chosen is not None and chosen.source == "hand schedule"
-    merge_into_log(folder, pathlib.Path(session.work_dir), manifest, best_is_first_new=chose_hand)
+    merge_into_log(folder, pathlib.Path(session.work_dir), manifest, best_is_first_new=chose_hand,
+                   failed=failed)  # fmt: skip
 
 
 def checked_trials(trials) -> int:

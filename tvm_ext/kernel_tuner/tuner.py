@@ -117,9 +117,15 @@ def run_stages(task, session, folder, policy_pair, stats: PruneStats, *, trials:
         if folder is not None:  # every record measured so far is kept
             stages.persist(folder, task, session, policy, stats, None)
         raise
-    chosen = stages.select(task, session, seeded, bound_policy)
+    failed: list = []  # traces of records that failed parity in select
+    try:
+        chosen = stages.select(task, session, seeded, bound_policy, failed)
+    except TuneError:  # every candidate tried failed parity: the records are kept, marked
+        if folder is not None:
+            stages.persist(folder, task, session, policy, stats, None, failed)
+        raise
     if folder is not None:
-        stages.persist(folder, task, session, policy, stats, chosen)
+        stages.persist(folder, task, session, policy, stats, chosen, failed)
     return seeded, chosen
 
 

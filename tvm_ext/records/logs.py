@@ -197,14 +197,20 @@ def _record_lines(folder: pathlib.Path) -> list[str]:
 
 
 def merge_into_log(
-    folder: pathlib.Path, work_dir: pathlib.Path, manifest: dict, best_is_first_new: bool = False
+    folder: pathlib.Path,
+    work_dir: pathlib.Path,
+    manifest: dict,
+    best_is_first_new: bool = False,
+    failed=(),
 ) -> None:
     """Add the records of a tuning work dir to the log ``folder`` (created if needed).
 
     ``best_is_first_new``: the tune chose its first new record (the hand schedule, seeded
     before the search) over the fastest recorded one (after timing both side by side); the
     manifest's ``best_record`` then names its line, so a replay applies what the tune returned.
-    Without it, the best record is the one with the lowest mean time.
+    Without it, the best record is the one with the lowest mean time. ``failed``: traces (as
+    JSON) whose records failed a parity check; their lines, old and new, are kept as failed
+    runs (:data:`FAILED_SECONDS`), so no replay or later tune takes them.
     """
     folder.mkdir(parents=True, exist_ok=True)
     with FileLock(str(folder / ".lock")):
@@ -213,9 +219,10 @@ def merge_into_log(
             raise CorruptLog(
                 f"{work_dir / WORKLOADS_FILE}: expected one workload, found {len(workload_rows)}"
             )
-        old = _record_lines(folder)
+        wrong = {_trace_key(trace) for trace in failed}
+        old = _marked(_record_lines(folder), wrong)
         seen = set(old)
-        new = [line for line in _record_lines(work_dir) if line not in seen]
+        new = [line for line in _marked(_record_lines(work_dir), wrong) if line not in seen]
         atomic_write(folder / WORKLOADS_FILE, json.dumps(workload_rows[0]) + "\n")
         atomic_write(folder / RECORDS_FILE, "".join(line + "\n" for line in old + new))
         previous = read_manifest(folder) if (folder / MANIFEST_FILE).exists() else {}
@@ -237,6 +244,36 @@ def merge_into_log(
                 manifest["best_record"] = previous.get("best_record")
         manifest["records"] = len(old) + len(new)
         atomic_write(folder / MANIFEST_FILE, json.dumps(manifest, indent=2, sort_keys=True))
+
+
+def _trace_key(trace_json) -> str:
+    """A trace's JSON as one string, whoever wrote it (MetaSchedule's files write a flag as
+    ``1`` where ``TuningRecord.as_json`` gives ``True``)."""
+
+    def plain(value):
+        if isinstance(value, bool):
+            return int(value)
+        if isinstance(value, (list, tuple)):
+            return [plain(v) for v in value]
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        return value
+
+    return json.dumps(plain(trace_json), sort_keys=True)
+
+
+def _marked(lines: list[str], wrong: set[str]) -> list[str]:
+    """``lines`` with the run times of the records whose trace is in ``wrong`` set to failed."""
+    if not wrong:
+        return lines
+    out = []
+    for line in lines:
+        row = json.loads(line)
+        if _trace_key(row[1][0]) in wrong:
+            row[1][1] = [FAILED_SECONDS]
+            line = json.dumps(row)
+        out.append(line)
+    return out
 
 
 def add_record(folder, mod, func, trace, seconds: float, target, manifest: dict) -> bool:
@@ -267,8 +304,8 @@ def holds_trace(folder, trace_json) -> bool:
     folder = pathlib.Path(folder)
     if not (folder / MANIFEST_FILE).exists():
         return False
-    want = json.dumps(trace_json, sort_keys=True)
-    return any(json.dumps(r.trace_json, sort_keys=True) == want for r in read_records(folder))
+    want = _trace_key(trace_json)
+    return any(_trace_key(r.trace_json) == want for r in read_records(folder))
 
 
 def make_manifest(
