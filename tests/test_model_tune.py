@@ -49,7 +49,7 @@ def tuned(mlp, host, tmp_path_factory):
     root = tmp_path_factory.mktemp("model-logs")
     before = _children()
     r = tvm_ext.tune(mlp, host, trials=16, batch=8, seed=0, log_dir=root, progress=False,
-                     repeat=3)  # fmt: skip
+                     repeat=3, audit=True)  # fmt: skip
     _no_new_children(before)
     return root, r
 
@@ -92,6 +92,15 @@ def test_a_small_model_tuned_end_to_end(tuned, mlp, host):
         # Its times leave the weight repack out (the model folds it), and the log says so.
         assert json.loads(log_manifest.read_text())["weights_repacked_once"] is True
     assert manifest["trials"] == r.trials
+    # Audited: every candidate the cut dropped was measured too, per task; none ran under its
+    # proven bound and none dropped would have won. The manifest and the CLI line say so.
+    assert r.audit and (table["measured"] >= table["dropped"]).all()
+    assert table["measured"].sum() >= 1
+    assert (table["violations"] == 0).all() and (table["regrets"] == 0).all(), table
+    for task in manifest["tasks"]:
+        row = table.set_index("name").loc[task["name"]]
+        assert (task["violations"], task["regrets"]) == (row["violations"], row["regrets"])
+    assert "audit: 0 violations, 0 regrets over" in describe(r)
 
 
 def test_trials_zero_schedules_every_task_and_leaves_nothing(mlp, host, tmp_path, monkeypatch):
@@ -219,8 +228,8 @@ def test_bad_model_arguments_are_refused_before_any_work(mlp, host):
         tvm_ext.tune(mlp, host, trials=-1)
     with pytest.raises(ValueError, match="batch"):
         tvm_ext.tune(mlp, host, trials=8, batch=0)
-    with pytest.raises(ValueError, match="audit"):
-        tvm_ext.tune(mlp, host, trials=8, audit=True)
+    with pytest.raises(ValueError, match="work_dir"):
+        tvm_ext.tune(mlp, host, trials=8, work_dir="somewhere")
     with pytest.raises(TypeError, match="params"):
         tvm_ext.tune(K.matmul(16, 16, 16), host, trials=2, params={})
 

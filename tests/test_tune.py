@@ -195,9 +195,10 @@ def test_package_level_tune_and_replay_decide_kernel_or_model(monkeypatch):
             {"trials": 0},
         )
     # A kernel-only option given with a model is refused, naming it; its default passes.
-    with pytest.raises(ValueError, match=r"takes no \['audit'\]"):
-        tvm_ext.tune("model", audit=True)
-    assert tvm_ext.tune("model", audit=False)[2] == {}
+    with pytest.raises(ValueError, match=r"takes no \['work_dir'\]"):
+        tvm_ext.tune("model", work_dir="somewhere")
+    assert tvm_ext.tune("model", work_dir=None)[2] == {}
+    assert tvm_ext.tune("model", audit=True)[2] == {"audit": True}  # a model tune audits too
     assert tvm_ext.rpc_runner is remote.rpc_runner
 
 

@@ -41,8 +41,7 @@ from tvm_ext.workloads.suite import build_suite
 
 # Options of a kernel tune that a model tune does not take (it seeds each task by its rule and
 # runs every batch with its own settings), with the values that mean "not given".
-_KERNEL_ONLY = {"runner": None, "workload": None, "audit": False, "work_dir": None,
-                "hand_schedule": True}  # fmt: skip
+_KERNEL_ONLY = {"runner": None, "workload": None, "work_dir": None, "hand_schedule": True}
 
 
 def tune(mod, target=None, **options):

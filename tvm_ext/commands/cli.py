@@ -107,7 +107,8 @@ def _tune_model(args) -> int:
     print(f"tuning {model.key} on {target.attrs['mcpu']} ({target.attrs['num-cores']} threads), "
           f"{args.trials} trials")  # fmt: skip
     r = tune_model(model, target, trials=args.trials, seed=args.seed, log_dir=args.log_dir,
-                   batch=args.batch_trials, policy=load_policy(args.policy))  # fmt: skip
+                   batch=args.batch_trials, policy=load_policy(args.policy),
+                   audit=args.audit)  # fmt: skip
     _print_tasks(r.tasks)
     print(describe(r) + (f"; logs in {r.log_dir}" if r.log_dir else ""))
     return 0

@@ -131,6 +131,8 @@ class ModelTask:
     trials: int = 0
     measured: int = 0
     dropped: int = 0
+    violations: int = 0  # audit: runs faster than their proven bound (a bound bug)
+    regrets: int = 0  # audit: dropped candidates that would have beaten the incumbent
     rule_mod: "tvm_api.IRModule | None" = None  # the rule's schedule (the seed)
     rule_binding: str = ""
 
@@ -244,11 +246,13 @@ def batch_session(tasks: list[ModelTask]):
         yield shared
 
 
-def search_batch(mt: ModelTask, trials: int, log_root, *, rng_seed, policy, shared) -> float | None:
+def search_batch(mt: ModelTask, trials: int, log_root, *, rng_seed, policy, shared,
+                 audit: bool = False) -> float | None:  # fmt: skip
     """Give the task ``trials`` more trials through the kernel tuner's stages (ranking policy,
     admissible cut) in the ``shared`` session, continuing from its log (the rule's record and
     every earlier batch, also of other models); returns the batch's winner's time (None when
-    nothing could be measured, or nothing beat the rule's seed)."""
+    nothing could be measured, or nothing beat the rule's seed). ``audit``: the candidates
+    the cut drops are measured too, and the task counts its violations and regrets."""
 
     folder = log_folder(log_root, mt.task.target, mt.task.func)
     stats = PruneStats()
@@ -258,14 +262,13 @@ def search_batch(mt: ModelTask, trials: int, log_root, *, rng_seed, policy, shar
     try:
         _, chosen = run_stages(mt.task, session, folder, policies(policy), stats, trials=trials,
                                batch=trials, rng_seed=rng_seed, progress=False,
-                               use_hand=False)  # fmt: skip
+                               use_hand=False, audit=audit)  # fmt: skip
     except TuneError as err:  # every candidate failed: the task keeps its incumbent
         log.warning("%s: a batch of %d trials measured nothing: %s", mt.name, trials, err)
         return None
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    mt.measured += stats.measured
-    mt.dropped += stats.dropped
+        _count(mt, stats)
     if str(chosen.sch.trace) in mt.rule_traces:  # nothing faster than the rule's seed
         return None
     mt.take(chosen.sch.mod, chosen.measurement.seconds, "search", chosen.cost.binding)
@@ -273,6 +276,14 @@ def search_batch(mt: ModelTask, trials: int, log_root, *, rng_seed, policy, shar
         log.error("%s ran in %.3g s, under its proven floor %.3g s: a bug in the bound",
                   mt.name, mt.best_s, mt.bound_s)  # fmt: skip
     return chosen.measurement.seconds
+
+
+def _count(mt: ModelTask, stats: PruneStats) -> None:
+    """Add a batch's counts to its task's, whether the batch chose a winner or not."""
+    mt.measured += stats.measured
+    mt.dropped += stats.dropped
+    mt.violations += stats.violations
+    mt.regrets += stats.regrets
 
 
 def apply_best(lowered, tasks: list[ModelTask]) -> Applied:
@@ -314,6 +325,8 @@ def table(tasks: list[ModelTask], retired: list[bool]) -> "object":
             "trials": t.trials,
             "measured": t.measured,
             "dropped": t.dropped,
+            "violations": t.violations,
+            "regrets": t.regrets,
             "source": t.source,
             "retired": bool(gone),
             "x_floor": t.best_s / t.bound_s if t.bound_s else math.nan,

@@ -82,6 +82,9 @@ class ModelTuneResult:
     # The search's schedules against the rules' alone, end to end, side by side (median of
     # three interleaved rounds: search_s, rules_s, kept); None when the search won no task.
     versus_rules: dict | None = None
+    # Audited: every candidate the cut dropped was measured too; ``tasks`` counts each task's
+    # violations (a run under its proven bound) and regrets (a dropped one that would have won).
+    audit: bool = False
 
     @property
     def floor_ratio(self) -> float | None:
@@ -113,7 +116,7 @@ class ModelTuneResult:
 def tune_model(model, target=None, *, trials: int = 64, log_dir=None, seed: int | None = None,
                batch: int = 16, policy=None, progress: bool = True, machine=None, params=None,
                reference=None, inputs=None, retire_factor: float = RETIRE_FACTOR,
-               repeat: int = 10) -> ModelTuneResult:  # fmt: skip
+               repeat: int = 10, audit: bool = False) -> ModelTuneResult:  # fmt: skip
     """Tune every task of ``model`` under one budget of ``trials`` (0: the rules alone).
 
     ``model`` is a zoo Model, a Relax IRModule (``params``, ``reference``, ``inputs`` as for
@@ -123,6 +126,8 @@ def tune_model(model, target=None, *, trials: int = 64, log_dir=None, seed: int 
     join ``<log_dir>/<target key>/<workload key>/`` (shared with every model and kernel tune
     of the same function, which start from them) and the model's task list is written to
     ``<log_dir>/<target key>/models/``; without it the logs live in a temporary folder.
+    ``audit``: the candidates the cut drops are measured too (they cost their runs), and the
+    table, the manifest and :func:`describe` give each task's violations and regrets.
     """
     import pandas as pd  # lazy: pandas adds ~0.3 s to `import tvm_ext`
 
@@ -137,7 +142,7 @@ def tune_model(model, target=None, *, trials: int = 64, log_dir=None, seed: int 
         tasks = [model_tasks.start_task(f, target, machine, logs) for f in prepared.found]
         states = [TaskState(t.name, t.found.weight, t.bound_s, t.best_s) for t in tasks]
         history = _search(tasks, states, trials, batch, logs, seed, policy, progress,
-                          retire_factor, prepared.key, started)  # fmt: skip
+                          retire_factor, prepared.key, started, audit)  # fmt: skip
         applied = model_tasks.apply_best(prepared.lowered, tasks)
         untuned = untuned_outputs(prepared, target) if prepared.source is not None else None
         compiled, latency = build_model(prepared, applied, target, repeat, untuned)
@@ -161,7 +166,7 @@ def tune_model(model, target=None, *, trials: int = 64, log_dir=None, seed: int 
     return ModelTuneResult(applied.mod, compiled, latency, table, pd.DataFrame(history), floor,
                            spent, time.perf_counter() - started,
                            str(root) if root is not None else None, manifest,
-                           versus)  # fmt: skip
+                           versus, audit)  # fmt: skip
 
 
 def _no_slower_than_rules(prepared, tasks, applied, compiled, target, repeat: int, untuned):
@@ -238,7 +243,7 @@ def _estimate(tasks) -> float:
 
 
 def _search(tasks, states, trials, batch, logs, rng_seed, policy, progress, retire_factor, key,
-            started) -> list[dict]:  # fmt: skip
+            started, audit: bool = False) -> list[dict]:  # fmt: skip
     """The batch loop (:func:`~tvm_ext.model_pipeline.task_scheduler.spend`); returns one history
     row for the seeds and one per batch."""
     history = [_row(0, None, 0, tasks, states, retire_factor) | _since(started)]
@@ -251,7 +256,7 @@ def _search(tasks, states, trials, batch, logs, rng_seed, policy, progress, reti
         step = len(history)
         batch_seed = None if rng_seed is None else rng_seed + step
         best = model_tasks.search_batch(tasks[i], n, logs, rng_seed=batch_seed, policy=policy,
-                                        shared=shared)  # fmt: skip
+                                        shared=shared, audit=audit)  # fmt: skip
         spent = history[-1]["trials"] + n
         history.append(_row(step, tasks[i].name, spent, tasks, states, retire_factor, i,
                             tasks[i].best_s) | _since(started))  # fmt: skip
@@ -363,6 +368,10 @@ def _write_manifest(root, target, prepared, table, floor, latency, history, vers
                 "tuned_s": r["tuned_s"],
                 "bound_s": r["bound_s"],
                 "trials": int(r["trials"]),
+                "measured": int(r["measured"]),
+                "dropped": int(r["dropped"]),
+                "violations": int(r["violations"]),
+                "regrets": int(r["regrets"]),
                 "retired": bool(r["retired"]),
             }
             for r in table.to_dict(orient="records")
@@ -387,6 +396,13 @@ def describe(result) -> str:
         line += f"; proven floor {floor * 1e3:.4g} ms ({lat.seconds / floor:.1f}x above it)"
     if getattr(result, "trials", None) is not None:
         line += f"; {result.trials} trials in {result.seconds:.0f} s"
+    if getattr(result, "audit", False):
+        t = result.tasks
+        line += (
+            f"; audit: {int(t['violations'].sum())} violations, {int(t['regrets'].sum())} "
+            f"regrets over {int(t['measured'].sum())} candidates measured "
+            f"({int(t['dropped'].sum())} of them dropped by the cut)"
+        )
     versus = getattr(result, "versus_rules", None)
     if versus:
         line += (
