@@ -101,6 +101,13 @@ def test_a_small_model_tuned_end_to_end(tuned, mlp, host):
         row = table.set_index("name").loc[task["name"]]
         assert (task["violations"], task["regrets"]) == (row["violations"], row["regrets"])
     assert "audit: 0 violations, 0 regrets over" in describe(r)
+    # The scheduler's estimate is calibrated by a profile of the rules' build (each task's
+    # time in the model over its time alone) and reported beside the measured latency.
+    assert (table["in_model"] > 0).all() and r.model_estimate_s > 0
+    assert r.estimate_error == pytest.approx(r.model_estimate_s / r.latency.seconds - 1)
+    assert r.history["estimate_s"].iloc[-1] == pytest.approx(r.model_estimate_s)
+    assert manifest["estimate_s"] == pytest.approx(r.model_estimate_s)
+    assert "the scheduler's estimate" in describe(r)
 
 
 def test_trials_zero_schedules_every_task_and_leaves_nothing(mlp, host, tmp_path, monkeypatch):

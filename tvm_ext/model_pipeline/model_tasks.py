@@ -131,6 +131,9 @@ class ModelTask:
     trials: int = 0
     measured: int = 0
     dropped: int = 0
+    # One call's time in the built model over its time alone (the kernel meets cold weights,
+    # the previous kernel's output, the VM's calls there): 1 until calibrated by a profile.
+    in_model: float = 1.0
     violations: int = 0  # audit: runs faster than their proven bound (a bound bug)
     regrets: int = 0  # audit: dropped candidates that would have beaten the incumbent
     rule_mod: "tvm_api.IRModule | None" = None  # the rule's schedule (the seed)
@@ -325,6 +328,7 @@ def table(tasks: list[ModelTask], retired: list[bool]) -> "object":
             "trials": t.trials,
             "measured": t.measured,
             "dropped": t.dropped,
+            "in_model": t.in_model,
             "violations": t.violations,
             "regrets": t.regrets,
             "source": t.source,

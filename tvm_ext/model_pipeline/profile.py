@@ -79,6 +79,15 @@ class Profile:
     def kernels_s(self) -> float:
         return sum(r.per_run_s for r in self.rows if r.kind == "kernel")
 
+    def per_call(self) -> dict[str, float]:
+        """{function name as the model's lowering named it: seconds one call takes in the
+        model} for every kernel (a prepacked kernel under its own function's name)."""
+        return {
+            r.name.removesuffix("_prepacked"): r.per_call_s
+            for r in self.rows
+            if r.kind == "kernel" and r.per_call_s
+        }
+
     def slowest(self, n: int = 5) -> list[Row]:
         return [r for r in self.rows if r.kind == "kernel"][:n]
 
