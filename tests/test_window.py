@@ -240,20 +240,25 @@ def _random_statistics(module) -> None:
                 layer.bias.uniform_(-0.5, 0.5)
 
 
+def _compiled_and_checked(module, shape, name):
+    """``module`` (batch norms randomized) compiled, its output checked against torch's."""
+    module = module.eval()
+    _random_statistics(module)
+    x = torch.randn(*shape)
+    compiled = tvm_ext.compile(tvm_ext.from_torch(module, (x,), name=name))
+    with torch.no_grad():
+        want = module(x).numpy()
+    got = compiled.run(x.numpy())
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * abs(want).max())
+    return compiled
+
+
 def test_batch_norm_folds_into_the_convolution_before_it():
     """Every batch norm after a convolution becomes the convolution's weight, scaled per
     output channel, and one bias add: no kernel subtracts the mean or divides by the deviation
     per element (the rules' kernels are named after the operators they fuse)."""
     torch.manual_seed(1)
-    module = SmallCnn(head=False).eval()
-    _random_statistics(module)
-    x = torch.randn(1, 3, 30, 30)
-    compiled = tvm_ext.compile(tvm_ext.from_torch(module, (x,), name="small_cnn_bn"))
-    with torch.no_grad():
-        want = module(x).numpy()
-    np.testing.assert_allclose(
-        compiled.run(x.numpy()), want, rtol=1e-4, atol=1e-4 * abs(want).max()
-    )
+    compiled = _compiled_and_checked(SmallCnn(head=False), (1, 3, 30, 30), "small_cnn_bn")
     convs = [k for k in compiled.kernels if "conv2d" in k]
     assert len(convs) == 4, compiled.kernels
     assert not any(op in k for k in compiled.kernels for op in ("subtract", "divide")), convs
@@ -273,13 +278,5 @@ def test_a_convolution_read_elsewhere_keeps_its_batch_norm():
             return self.norm(y) + y
 
     torch.manual_seed(2)
-    module = Both().eval()
-    _random_statistics(module)
-    x = torch.randn(1, 4, 10, 10)
-    compiled = tvm_ext.compile(tvm_ext.from_torch(module, (x,), name="conv_bn_both"))
-    with torch.no_grad():
-        want = module(x).numpy()
-    np.testing.assert_allclose(
-        compiled.run(x.numpy()), want, rtol=1e-4, atol=1e-4 * abs(want).max()
-    )
+    compiled = _compiled_and_checked(Both(), (1, 4, 10, 10), "conv_bn_both")
     assert any("divide" in k for k in compiled.kernels), compiled.kernels
