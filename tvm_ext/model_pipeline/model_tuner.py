@@ -152,11 +152,13 @@ def tune_model(model, target=None, *, trials: int = 64, log_dir=None, seed: int 
     try:
         logs = root if root is not None else pathlib.Path(scratch)
         tasks = [model_tasks.start_task(f, target, machine, logs) for f in prepared.found]
-        states = [TaskState(t.name, t.found.weight, t.bound_s, t.best_s) for t in tasks]
         untuned = untuned_outputs(prepared, target) if prepared.source is not None else None
         outside = None
         if trials and untuned is not None:
             outside = _calibrate(prepared, tasks, target, untuned, repeat)
+        # The scheduler weighs and retires each task by its time as the model runs it.
+        states = [TaskState(t.name, t.found.weight, t.bound_s, t.best_s * t.in_model)
+                  for t in tasks]  # fmt: skip
         history = _search(tasks, states, trials, batch, logs, seed, policy, progress,
                           retire_factor, prepared.key, started, audit, outside)  # fmt: skip
         applied = model_tasks.apply_best(prepared.lowered, tasks)
@@ -306,12 +308,13 @@ def _search(tasks, states, trials, batch, logs, rng_seed, policy, progress, reti
                                         shared=shared, audit=audit)  # fmt: skip
         spent = history[-1]["trials"] + n
         history.append(_row(step, tasks[i].name, spent, tasks, states, retire_factor, i,
-                            tasks[i].best_s, outside) | _since(started))  # fmt: skip
+                            tasks[i].best_s * tasks[i].in_model, outside)
+                       | _since(started))  # fmt: skip
         bar.set_postfix({"task": tasks[i].name, "end-to-end est ms":
                          f"{_estimate(tasks, outside) * 1e3:.3f}",
                          "retired": f"{history[-1]['retired']}/{len(tasks)}"})  # fmt: skip
         bar.update(n)
-        return None if best is None else min(best, tasks[i].best_s)
+        return None if best is None else min(best, tasks[i].best_s) * tasks[i].in_model
 
     try:
         with model_tasks.batch_session(tasks) as shared:
