@@ -230,10 +230,11 @@ def _step(call):
     """(op, constant values, the variable operand) of one per-channel step, else None."""
     name = tvm_api.call_name(call)
     a, b = call.args
-    if tvm_api.constant_values(b) is not None and tvm_api.constant_values(a) is None:
-        return name, tvm_api.constant_values(b), a
-    if _AFFINE[name] and tvm_api.constant_values(a) is not None:
-        return name, tvm_api.constant_values(a), b
+    left, right = tvm_api.constant_values(a), tvm_api.constant_values(b)  # copies: once each
+    if right is not None and left is None:
+        return name, right, a
+    if _AFFINE[name] and left is not None and right is None:
+        return name, left, b
     return None
 
 

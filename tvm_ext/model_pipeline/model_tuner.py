@@ -153,20 +153,28 @@ def tune_model(model, target=None, *, trials: int = 64, log_dir=None, seed: int 
         logs = root if root is not None else pathlib.Path(scratch)
         tasks = [model_tasks.start_task(f, target, machine, logs) for f in prepared.found]
         untuned = untuned_outputs(prepared, target) if prepared.source is not None else None
-        outside = None
+        outside = start = None
         if trials and untuned is not None:
-            outside = _calibrate(prepared, tasks, target, untuned, repeat)
+            outside, start = _calibrate(prepared, tasks, target, untuned, repeat)
+        start_mods = [t.best_mod for t in tasks]
+        start_sources_rules = all(t.source == "rule" for t in tasks)
         # The scheduler weighs and retires each task by its time as the model runs it.
         states = [TaskState(t.name, t.found.weight, t.bound_s, t.best_s * t.in_model)
                   for t in tasks]  # fmt: skip
         history = _search(tasks, states, trials, batch, logs, seed, policy, progress,
                           retire_factor, prepared.key, started, audit, outside)  # fmt: skip
         applied = model_tasks.apply_best(prepared.lowered, tasks)
-        compiled, latency = build_model(prepared, applied, target, repeat, untuned)
+        unchanged = all(t.best_mod is m for t, m in zip(tasks, start_mods))
+        if start is not None and unchanged:  # the search won nothing: the model is built
+            compiled, latency = start, start.time(repeat=repeat)
+        else:
+            compiled, latency = build_model(prepared, applied, target, repeat, untuned)
         versus = None
         if compiled is not None and any(t.source != "rule" for t in tasks):
+            # The calibration's build is the rules' model when every task started from its rule.
+            rules = start if start is not None and start_sources_rules else None
             applied, compiled, latency, versus = _no_slower_than_rules(
-                prepared, tasks, applied, compiled, target, repeat, untuned
+                prepared, tasks, applied, compiled, target, repeat, untuned, rules
             )
         table = model_tasks.table(tasks, [s.retired(retire_factor) for s in states])
         floor = _floor(tasks)
@@ -187,7 +195,8 @@ def tune_model(model, target=None, *, trials: int = 64, log_dir=None, seed: int 
                            None if outside is None else _estimate(tasks, outside))  # fmt: skip
 
 
-def _no_slower_than_rules(prepared, tasks, applied, compiled, target, repeat: int, untuned):
+def _no_slower_than_rules(prepared, tasks, applied, compiled, target, repeat: int, untuned,
+                          rules=None):  # fmt: skip
     """The tuned model, or the rules' own when that runs faster end to end.
 
     Each task's winner was timed alone; inside the model, with other kernels' data in the
@@ -195,13 +204,15 @@ def _no_slower_than_rules(prepared, tasks, applied, compiled, target, repeat: in
     ran 6.11 ms against the rules' 5.83, in separate processes). So both models are built,
     checked and timed here side by side (interleaved rounds, medians): the faster is returned.
     Returns (applied, compiled, latency: the median round, the comparison's figures).
+    ``rules``: the rules' model already built (the calibration's), else it is built here.
     """
     searched = [t for t in tasks if t.source != "rule"]
     kept = {t.name: (t.best_mod, t.best_s, t.source, t.binding) for t in searched}
     for t in searched:
         t.back_to_rule()
     rules_applied = model_tasks.apply_best(prepared.lowered, tasks)
-    rules, _ = build_model(prepared, rules_applied, target, 0, untuned)  # timed below
+    if rules is None:
+        rules, _ = build_model(prepared, rules_applied, target, 0, untuned)  # timed below
     rounds = {"search": [], "rules": []}
     for _ in range(3):
         for arm, c in (("search", compiled), ("rules", rules)):
@@ -264,14 +275,15 @@ def _estimate(tasks, outside: float | None = None) -> float:
     return sum(t.found.weight * t.best_s * t.in_model for t in tasks) + outside
 
 
-def _calibrate(prepared, tasks, target, untuned, repeat: int) -> float:
+def _calibrate(prepared, tasks, target, untuned, repeat: int):
     """Build the model with each task's incumbent (its rule's schedule, or a log's), profile
     it and set each task's ``in_model`` factor (one call's time in the model over its time
-    alone); returns the time a run spends outside the kernels. Measured on the decoder block
-    (Zen 4, rules): kernels ran 1.17-1.30x slower in the model than alone, small ones up to
-    3.2x, and 13 % of the run was outside them: the uncalibrated estimate read 1.39x low.
-    With 32 trials the calibrated estimate ended at -0 % (decoder) and -7 % (mobilenet_v2) of
-    the measured latency, the uncalibrated sum at -16 % and -18 %.
+    alone); returns (the time a run spends outside the kernels, the model built).
+
+    Measured on the decoder block (Zen 4, rules): kernels ran 1.17-1.30x slower in the model
+    than alone, small ones up to 3.2x, and 13 % of the run was outside them: the uncalibrated
+    estimate read 1.39x low. With 32 trials the calibrated estimate ended at -0 % (decoder)
+    and -7 % (mobilenet_v2) of the measured latency, the uncalibrated sum at -16 % and -18 %.
     The estimate of the incumbents is then the measured run, by construction; how far the
     factors hold for the search's schedules, :attr:`ModelTuneResult.estimate_error` says."""
     applied = model_tasks.apply_best(prepared.lowered, tasks)
@@ -288,7 +300,7 @@ def _calibrate(prepared, tasks, target, untuned, repeat: int) -> float:
         times = [per_call[g] for g in t.found.globals if g in per_call]
         if times and t.best_s > 0:
             t.in_model = scale * sum(times) / len(times) / t.best_s
-    return max(latency - scale * prof.kernels_s, 0.0)
+    return max(latency - scale * prof.kernels_s, 0.0), compiled
 
 
 def _search(tasks, states, trials, batch, logs, rng_seed, policy, progress, retire_factor, key,
