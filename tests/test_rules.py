@@ -106,6 +106,27 @@ def test_nhwc_conv_with_padding_keeps_the_pad_a_stage(host):
     )
 
 
+@pytest.mark.parametrize("size, channels, panels_outermost", [(4, 128, True), (28, 64, False)])
+def test_a_conv_whose_weights_outweigh_its_map_reads_each_panel_once(
+    host, size, channels, panels_outermost
+):
+    """A late-stage convolution (small map, many channels: ResNet's 7x7 x 512, 9.4 MB of
+    weights for a 0.1 MB input) runs its weight panels outermost, the output rows inside, so
+    each panel is read from memory once; an early one (large map, few channels) keeps the
+    rows outside the panels, reading the larger input once."""
+    X = te.placeholder((1, size, size, channels), name="X")
+    W = te.placeholder((3, 3, channels, channels), name="W")
+    out = topi.nn.conv2d_nhwc(X, W, 1, 1, 1)
+    func = te.create_prim_func([X, W, out]).with_attr("layout_free_buffers", [1])
+    sch = check_rule(func, host, "contraction", rtol=1e-4)
+    block = _script(sch).split('T.sblock("conv2d_nhwc_update")')[1].split("T.reads")[0]
+    # The output channel's binding: the panel index is the fused tile loop divided (its
+    # outermost part) or divided after a modulo (an inner part).
+    channel = re.search(rf"T\.axis\.spatial\({channels}, (\w+_fused)( % \d+)? // ", block)
+    assert channel, block
+    assert (channel[2] is None) == panels_outermost, block
+
+
 def test_nchw_conv_with_weights_vectorizes_output_channels(host):
     """An NCHW conv's output rows are its width (here 10: no whole vectors); with the weight
     marked layout-free (as Relax marks model weights), the vectors run along the output

@@ -432,7 +432,9 @@ def tile(sch, block, axes: Axes, target, epilogue, sizes: tuple[int, int]) -> bo
     # Column panels outside row blocks: one panel of the vector-loaded operand (packed, a few
     # KiB) stays in L1 while every row block uses it; row-major tiles would stream the whole
     # operand from memory once per row block.
-    outer = [loops[i] for i in axes.spatial if i not in (axes.vector, axes.row)] + [v_outer]
+    inside = panel_inner_axes(sch, block, axes)
+    outer = [loops[i] for i in axes.spatial if i not in (axes.vector, axes.row, *inside)]
+    outer += [v_outer, *(loops[i] for i in inside)]
     inner = [v_inner]
     if axes.row is not None:
         r_outer, r_inner = sch.split(loops[axes.row], [None, mr])
@@ -463,6 +465,46 @@ def tile(sch, block, axes: Axes, target, epilogue, sizes: tuple[int, int]) -> bo
     init = sch.decompose_reduction(block.block_rv, reductions[0])
     sch.vectorize(sch.get_loops(init)[-1])
     return separate
+
+
+def panel_inner_axes(sch, block, axes: Axes) -> tuple[int, ...]:
+    """The spatial iterators (besides the row axis) to run inside the column-panel loop: when
+    the operands read along the vector axis (the panels: a convolution's weight) outweigh the
+    others, every iterator they do not use, so each panel is read from memory once and then
+    serves the whole output from the cache; else none (the panel loop inside them, as the
+    row axis alone: the larger activations are read once).
+
+    A 3x3 convolution of 512 channels on a 7x7 map (ResNet's last stage) has 9.4 MB of
+    weights and a 0.1 MB input: with the output rows outside the panels, every row streamed
+    all of the weights again (it ran at half the speed of the same convolution at 56x56)."""
+    stmt = sch.get(block.block_rv)
+    names = [it.var.name for it in block.iters]
+    vector = names[axes.vector]
+    panel_bytes = other_bytes = 0
+    used: set = set()
+    for read in stmt.reads:
+        size = _buffer_bytes(read.source)
+        if size is None:
+            return ()  # a symbolic operand: no size to weigh
+        if any(vector in _vars_of(d.min) for d in read.region):
+            panel_bytes += size
+            used |= set().union(*(_vars_of(d.min) for d in read.region))
+        else:
+            other_bytes += size
+    if panel_bytes <= other_bytes:
+        return ()
+    return tuple(i for i in axes.spatial
+                 if i not in (axes.vector, axes.row) and names[i] not in used)  # fmt: skip
+
+
+def _buffer_bytes(buffer) -> int | None:
+    total = (tvm_api.runtime.DataType(buffer.dtype).bits + 7) // 8
+    for dim in buffer.shape:
+        extent = static_int(dim)
+        if extent is None:
+            return None
+        total *= extent
+    return total
 
 
 def statement_width(nr: int, lanes: int) -> int:
