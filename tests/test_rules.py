@@ -6,6 +6,7 @@ Every case is checked against the unscheduled build of the same function on rand
 from __future__ import annotations
 
 import re
+import types
 
 import numpy as np
 import pytest
@@ -356,3 +357,19 @@ def test_a_row_off_the_vector_width_vectorizes_its_element_wise_stages(host):
     for stage in ("T_softmax_exp", "T_softmax_norm"):
         pattern = rf'T\.vectorized\(T\.int64\({lanes}\)\):\s*with T\.sblock\("{stage}_ax20"\)'
         assert re.search(pattern, text), stage
+
+
+def test_a_rule_failing_inside_tvm_hands_the_function_to_the_next(host, caplog):
+    """A rule whose primitive trips one of TVM's internal checks (an InternalError, not a
+    ScheduleError: it happened inlining a broadcasting epilogue) gives the function up with
+    a warning naming it; the next rule takes it, instead of the whole compile failing."""
+
+    def crash(func, target):
+        raise tvm_api.InternalError("Check failed: (node.defined()) is false")
+
+    broken = types.SimpleNamespace(NAME="broken", schedule_func=crash)
+    func = user_matmul_bias_relu(16, 16, 16).with_attr("global_symbol", "main")
+    with caplog.at_level("WARNING"):
+        _, took = S.rules.schedule_func(func, host, rules=(broken, S.rules.contraction))
+    assert took == "contraction"
+    assert "rule broken gave up on main" in caplog.text

@@ -280,3 +280,23 @@ def test_a_convolution_read_elsewhere_keeps_its_batch_norm():
     torch.manual_seed(2)
     compiled = _compiled_and_checked(Both(), (1, 4, 10, 10), "conv_bn_both")
     assert any("divide" in k for k in compiled.kernels), compiled.kernels
+
+
+def test_a_squeeze_excitation_scale_is_no_row_reduction(host):
+    """EfficientNet's squeeze-excitation as FuseOps leaves it: a 1x1 convolution of the pooled
+    20 channels to 480, its sigmoid scaling the 14 x 14 x 480 map. Its reduction rows are
+    channels, not the output's leading axis: the rows rule once took it and emitted a
+    480-lane vector statement LLVM took 40 s to compile (a whole model's build hung). The
+    contraction takes it, the scaling a loop nest of its own; no vector statement is wider
+    than four registers."""
+
+    def build(pooled, w, b, x):
+        op = relax.op
+        s = op.add(op.nn.conv2d(pooled, w, data_layout="NHWC", kernel_layout="OHWI"), b)
+        return op.multiply(op.sigmoid(s), x)
+
+    params = [("pooled", (1, 1, 1, 20)), ("w", (480, 1, 1, 20)), ("b", (1, 1, 1, 480)),
+              ("x", (1, 14, 14, 480))]  # fmt: skip
+    sch = check_rule(legalized_func(build, params, free=(1, 2)), host, "contraction", rtol=1e-4)
+    widths = [int(w) for w in re.findall(r"T\.vectorized\((?:T\.int64\()?(\d+)", sch.mod.script())]
+    assert widths and max(widths) <= 4 * lanes_for(host, 32), widths

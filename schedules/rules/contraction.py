@@ -445,7 +445,9 @@ def tile(sch, block, axes: Axes, target, epilogue, sizes: tuple[int, int]) -> bo
     acc = sch.cache_write(block.block_rv, 0, ACC_SCOPE)
     _vector_innermost(sch, block, axes)
     sch.reverse_compute_at(acc, outer[-1])
-    separate = epilogue is not None and _both_guarded(sch, block, epilogue, axes, nr)
+    separate = epilogue is not None and (
+        broadcasts(block, epilogue) or _both_guarded(sch, block, epilogue, axes, nr)
+    )
     if epilogue is not None and not separate:
         sch.reverse_compute_inline(epilogue.block_rv)
     sch.vectorize(sch.get_loops(acc)[-1])
@@ -517,6 +519,27 @@ def statement_width(nr: int, lanes: int) -> int:
     while width > 1 and nr % width:
         width //= 2
     return width if width >= 4 else nr
+
+
+def broadcasts(block, epilogue) -> bool:
+    """Whether the epilogue writes more points than the reduction computes (a squeeze-excitation
+    scale: a 1x1 convolution to 480 channels multiplying a 14 x 14 x 480 map): it is no
+    element-wise write-back of the tile and stays a loop nest of its own (TVM's inlining of
+    it into the write-back failed with an internal error)."""
+
+    def points(info, spatial_only):
+        total = 1
+        for it in info.iters:
+            if spatial_only and it.kind != "S":
+                continue
+            extent = static_int(it.dom)
+            if extent is None:
+                return None
+            total *= extent
+        return total
+
+    main, rest = points(block, True), points(epilogue, False)
+    return main is not None and rest is not None and rest > main
 
 
 def _both_guarded(sch, block, epilogue, axes: Axes, nr: int) -> bool:

@@ -93,7 +93,9 @@ def schedule_func(func, target, rules=None) -> tuple["tvm_api.Schedule", str]:
     for rule in rules:
         try:
             sch = rule.schedule_func(func, target)
-        except tvm_api.ScheduleError as err:  # the pattern matched but a primitive refused
+        except (tvm_api.ScheduleError, tvm_api.InternalError) as err:
+            # The pattern matched but a primitive refused (or failed one of TVM's internal
+            # checks on IR the rule did not foresee): the next rule takes the function.
             log.warning("rule %s gave up on %s: %s", rule.NAME, _name(func), _first_line(err))
             continue
         if sch is not None:

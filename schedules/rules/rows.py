@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 
 from tvm_ext.schedules.common import PARALLEL_MIN_WORK, lanes_for
-from tvm_ext.schedules.rules.fallback import loop_extent, work
+from tvm_ext.schedules.rules.fallback import loop_extent, static_int, work
 
 from tvm_ext.base import tvm_api
 
@@ -35,6 +35,8 @@ def schedule_func(func, target):
     out_kind = blocks[-1].dom_kind()
     if len(out_kind) <= rows or out_kind[:rows] != "S" * rows:
         return None
+    if any(not _same_rows(b, blocks[-1], rows) for b in reductions):
+        return None  # the reduction's rows are not the output's leading axes
     stages = _inline_single_use(sch, blocks[:-1])
     lanes = lanes_for(target, 32)
     ordered, partials = [], []
@@ -63,6 +65,17 @@ def schedule_func(func, target):
 def _row_reduction(kind: str) -> bool:
     """``S..SR``: spatial rows, one trailing reduction axis."""
     return len(kind) >= 2 and kind.endswith("R") and set(kind[:-1]) == {"S"}
+
+
+def _same_rows(reduction, out, rows: int) -> bool:
+    """Whether ``reduction``'s row extents are the output's leading ones: every stage is
+    computed per output row. EfficientNet's squeeze-excitation (a 1x1 conv over 20 channels
+    to 480, its sigmoid scaling a 14 x 14 x 480 map) has one reduction row per channel, the
+    output's last axis, not its first: taken as rows, the whole reduction ran once per map
+    row in a 480-lane vector statement that LLVM took 40 s to compile."""
+    want = [static_int(d) for d in reduction.dom()[:rows]]
+    have = [static_int(d) for d in out.dom()[:rows]]
+    return all(a is None or b is None or a == b for a, b in zip(want, have))
 
 
 def _inline_single_use(sch, blocks):

@@ -45,6 +45,8 @@ from tvm_ext.base.errors import ThreadConfigError  # noqa: E402
 TVM_VERSION = tvm.__version__
 Schedule = tvm.s_tir.Schedule
 ScheduleError = tvm.s_tir.schedule.ScheduleError
+# A check inside TVM that failed (a primitive given IR its author did not foresee).
+InternalError = tvm.error.InternalError
 TensorIntrin = tvm.s_tir.TensorIntrin
 PrimFunc = tvm.tirx.PrimFunc
 IRModule = tvm.IRModule
