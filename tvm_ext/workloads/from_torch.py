@@ -60,6 +60,7 @@ def from_torch(
     with torch.no_grad():
         program = torch.export.export(module, args, dynamic_shapes=dynamic_shapes)
         program = program.run_decompositions()
+    _drop_empty_cat_inputs(program)
     _refuse_unsupported(program)
     mod = tvm_api.torch_importer()(program, keep_params_as_input=True, run_ep_decomposition=False,
                                    unwrap_unit_return_tuple=True)  # fmt: skip
@@ -112,6 +113,32 @@ def _flops(torch, module, args) -> int:
     with torch.no_grad(), counter:
         module(*args)
     return int(counter.get_total_flops())
+
+
+def _drop_empty_cat_inputs(program) -> None:
+    """Drop the 1-D tensors of shape ``(0,)`` a ``cat`` joins with tensors of more dimensions:
+    torch skips them (its legacy rule), TVM's importer refuses mixed ranks. transformers'
+    ``DynamicCache`` starts every layer's keys and values as such a tensor, so any decoder
+    exported with ``use_cache=True`` (Qwen2's, Mistral's, OPT's default) failed to import
+    ("Concat expects all input tensors to have same ndim")."""
+    for node in program.graph_module.graph.nodes:
+        if node.op != "call_function" or node.target.__name__ != "cat.default":
+            continue
+        tensors = list(node.args[0])
+        shapes = [_traced_shape(t) for t in tensors]
+        if any(s is None for s in shapes) or max(len(s) for s in shapes) < 2:
+            continue
+        kept = [t for t, shape in zip(tensors, shapes) if shape != (0,)]
+        if kept and len(kept) < len(tensors):
+            node.args = (kept, *node.args[1:])
+    program.graph_module.recompile()
+
+
+def _traced_shape(node) -> tuple | None:
+    """The shape export traced for ``node`` (None: not a tensor node, or no traced value)."""
+    value = getattr(node, "meta", {}).get("val")
+    shape = getattr(value, "shape", None)
+    return None if shape is None else tuple(shape)
 
 
 def _refuse_unsupported(program) -> None:
