@@ -17,6 +17,7 @@ written back.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from tvm_ext.schedules.common import (
@@ -29,6 +30,7 @@ from tvm_ext.schedules.common import (
 from tvm_ext.schedules.rules.fallback import loop_extent, parallel_spatial, static_int, work
 
 from tvm_ext.base import tvm_api
+from tvm_ext.workloads.kernel_base import np_dtype
 
 NAME = "contraction"
 
@@ -500,13 +502,14 @@ def panel_inner_axes(sch, block, axes: Axes) -> tuple[int, ...]:
 
 
 def _buffer_bytes(buffer) -> int | None:
-    total = (tvm_api.runtime.DataType(buffer.dtype).bits + 7) // 8
-    for dim in buffer.shape:
-        extent = static_int(dim)
-        if extent is None:
-            return None
-        total *= extent
-    return total
+    points = _static_product(buffer.shape)
+    return None if points is None else points * np_dtype(str(buffer.dtype)).itemsize
+
+
+def _static_product(extents) -> int | None:
+    """The product of ``extents``, None when one is symbolic."""
+    values = [static_int(e) for e in extents]
+    return None if any(v is None for v in values) else math.prod(values)
 
 
 def statement_width(nr: int, lanes: int) -> int:
@@ -526,19 +529,8 @@ def broadcasts(block, epilogue) -> bool:
     scale: a 1x1 convolution to 480 channels multiplying a 14 x 14 x 480 map): it is no
     element-wise write-back of the tile and stays a loop nest of its own (TVM's inlining of
     it into the write-back failed with an internal error)."""
-
-    def points(info, spatial_only):
-        total = 1
-        for it in info.iters:
-            if spatial_only and it.kind != "S":
-                continue
-            extent = static_int(it.dom)
-            if extent is None:
-                return None
-            total *= extent
-        return total
-
-    main, rest = points(block, True), points(epilogue, False)
+    main = _static_product(it.dom for it in block.iters if it.kind == "S")
+    rest = _static_product(it.dom for it in epilogue.iters)
     return main is not None and rest is not None and rest > main
 
 

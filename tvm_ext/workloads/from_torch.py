@@ -121,6 +121,7 @@ def _drop_empty_cat_inputs(program) -> None:
     ``DynamicCache`` starts every layer's keys and values as such a tensor, so any decoder
     exported with ``use_cache=True`` (Qwen2's, Mistral's, OPT's default) failed to import
     ("Concat expects all input tensors to have same ndim")."""
+    changed = False
     for node in program.graph_module.graph.nodes:
         if node.op != "call_function" or node.target.__name__ != "cat.default":
             continue
@@ -131,7 +132,9 @@ def _drop_empty_cat_inputs(program) -> None:
         kept = [t for t, shape in zip(tensors, shapes) if shape != (0,)]
         if kept and len(kept) < len(tensors):
             node.args = (kept, *node.args[1:])
-    program.graph_module.recompile()
+            changed = True
+    if changed:
+        program.graph_module.recompile()
 
 
 def _traced_shape(node) -> tuple | None:
