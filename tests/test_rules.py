@@ -345,6 +345,32 @@ def test_an_odd_innermost_extent_runs_whole_vectors_and_a_remainder(host):
     assert "T.vectorized" not in _block_text(text, "B_pad_ax11")  # column 64, plain
 
 
+@pytest.mark.parametrize("widths, lanes_used", [((64, 32, 48), None), ((24, 40), 8)])
+def test_a_concatenation_is_cut_at_its_inputs(host, widths, lanes_used):
+    """A channel concatenation with the batch norm and ReLU after it (DenseNet's, as FuseOps
+    leaves it) selects its input per channel by a chain of ``if_then_else(96 <= c, ...)``:
+    vectorized as one loop, LLVM scalarized every lane's chain (slower than unscheduled).
+    The channel loop is cut at the inputs' edges, every piece whole vectors of one input:
+    only full-width vector maxima in the built code (8 lanes where an edge is no whole
+    16-lane vector), no scalar one."""
+    from tvm_ext.hardware.target import lanes_for
+    from tvm_ext.workloads.legalized import legalized_func
+
+    def build(*args):
+        xs, (mean, scale) = args[:-2], args[-2:]
+        op = relax.op
+        return op.nn.relu(op.multiply(op.subtract(op.concat(list(xs), axis=3), mean), scale))
+
+    params = [(f"x{i}", (1, 5, 5, w)) for i, w in enumerate(widths)]
+    params += [("mean", (1, 1, 1, sum(widths))), ("scale", (1, 1, 1, sum(widths)))]
+    sch = check_rule(legalized_func(build, params), host, "injective")
+    lanes = lanes_used or lanes_for(host, 32)
+    register = {16: "zmm", 8: "ymm", 4: "xmm"}[lanes]
+    asm = tvm_api.build(sch.mod, host).inspect_source("asm")
+    maxima = re.findall(r"\bvmax\w+\s+[^\n]*", asm)
+    assert maxima and all(m.startswith("vmaxps") and f"%{register}" in m for m in maxima), maxima
+
+
 def test_a_row_off_the_vector_width_vectorizes_its_element_wise_stages(host):
     """A 50-column softmax ran its exp and division in 2-lane vectors (the widest power of two
     dividing 50); they now run in whole vectors of the target's lanes and a remainder."""

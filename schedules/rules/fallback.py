@@ -46,12 +46,16 @@ def parallel_spatial(sch, block, target, vectorize: bool, work: int = PARALLEL_M
     parallel; with ``vectorize``, split the innermost loop of an all-spatial nest by the
     target's lanes and vectorize it. Below ``PARALLEL_MIN_WORK`` the loop stays serial.
 
-    An innermost extent that is no whole number of vectors, or a padding stage whose value
-    changes inside a vector (``if_then_else(j < 65, B[.., j], 0)`` over 80 columns), is
-    split into pieces first (:func:`vector_pieces`): whole vectors with no per-lane
-    condition, then the rest as plain loops. A per-lane condition inside a vectorized loop
-    is scalarized by LLVM: a matmul's 256 x 80 padding copy of B ran element by element
-    with a compare and a branch each, 40 % of a 65 x 65 x 256 matmul's time.
+    A stored value that selects on the innermost iterator (a concatenation's
+    ``if_then_else(480 <= c, x12[c - 480], ...)`` chain, a padding's ``j < 65``) is cut at
+    the bounds it compares with, so that no vector straddles one: LLVM scalarizes a per-lane
+    condition (a DenseNet concatenation of 13 inputs with its batch norm ran at 4-9 GB/s,
+    slower than unscheduled; cut, each piece simplifies to one input's load: 180 GB/s).
+    Bounds on whole vectors (of ``lanes``, or of the widest power of two of at least 4 lanes
+    dividing them): the loop split by that width, vectorized, its outer part partitioned at
+    the bounds (:func:`_aligned_width`). Otherwise (:func:`vector_pieces`): whole vectors
+    first, then the rest as plain loops; a matmul's 256 x 80 padding copy of B ran element by
+    element with a compare and a branch each, 40 % of a 65 x 65 x 256 matmul's time.
 
     A symbolic innermost extent (a sequence length) stays a loop of its own, outside the
     fused one: fused, every element would pay integer divisions by the symbolic extent to
@@ -64,13 +68,22 @@ def parallel_spatial(sch, block, target, vectorize: bool, work: int = PARALLEL_M
     inner = None
     lanes = lanes_for(target, 32)
     last_extent = loop_extent(sch, loops[-1])
-    pieces = None
+    pieces = aligned = None
     if vectorize and lead == len(loops) and (last_extent or 0) >= lanes:
-        pieces = vector_pieces(sch, block, last_extent, lanes)
+        bounds = [b for b in _bounds(sch.get(block.block_rv).body, block.iters[-1].var)
+                  if 0 < b < last_extent]  # fmt: skip
+        width = _aligned_width(bounds, last_extent, lanes)
+        if width is not None:
+            outer, inner = sch.split(loops[-1], [None, width])
+            edges = [0, *sorted({b // width for b in bounds}), last_extent // width]
+            aligned = (outer, [b - a for a, b in zip(edges, edges[1:])])
+            loops, lead = loops[:-1], lead - 1
+        else:
+            pieces = vector_pieces(sch, block, last_extent, lanes)
     if pieces is not None:
         last, lead = loops[-1], lead - 1
         loops = loops[:-1]
-    elif vectorize and lead == len(loops) and (last_extent or 0) >= lanes:
+    elif aligned is None and vectorize and lead == len(loops) and (last_extent or 0) >= lanes:
         last, inner = sch.split(loops[-1], [None, lanes])
         loops = [*loops[:-1], last]
     elif lead == len(loops) and lead > 1 and last_extent is None:
@@ -83,6 +96,21 @@ def parallel_spatial(sch, block, target, vectorize: bool, work: int = PARALLEL_M
         _vectorize_pieces(sch, last, pieces, lanes, parallel=not lead and work >= PARALLEL_MIN_WORK)
     if inner is not None:
         sch.vectorize(inner)
+    if aligned is not None:
+        sch.loop_partition(aligned[0], [*aligned[1][:-1], None])
+
+
+def _aligned_width(bounds: list[int], extent: int, lanes: int) -> int | None:
+    """The vector width for cutting a loop of ``extent`` at ``bounds`` with no vector across a
+    bound: ``lanes`` when every bound and the extent are whole vectors, else the widest power
+    of two of at least 4 that divides them all (a concatenation of 24 and 40 channels: 8
+    lanes); None when there is no bound, or no such width."""
+    if not bounds:
+        return None
+    width = lanes
+    while width >= 4 and any(v % width for v in (*bounds, extent)):
+        width //= 2
+    return width if width >= 4 else None
 
 
 def vector_pieces(sch, block, extent: int, lanes: int) -> list[int] | None:
@@ -94,7 +122,7 @@ def vector_pieces(sch, block, extent: int, lanes: int) -> list[int] | None:
     vector."""
     var = block.iters[-1].var
     cuts = {extent // lanes * lanes}
-    for bound in _upper_bounds(sch.get(block.block_rv).body, var):
+    for bound in _bounds(sch.get(block.block_rv).body, var, upper=True):
         if 0 < bound < extent:
             cuts |= {bound // lanes * lanes, bound}
     cuts = sorted(c for c in cuts if 0 < c < extent)
@@ -104,30 +132,40 @@ def vector_pieces(sch, block, extent: int, lanes: int) -> list[int] | None:
     return [b - a for a, b in zip(edges, edges[1:])]
 
 
-def _upper_bounds(stmt, var) -> list[int]:
-    """Constants ``c`` of the conditions ``var < c`` (or ``c > var``) that a block body's
-    stored value selects on (``if_then_else``/``select``, and-ed conditions too)."""
+def _bounds(stmt, var, upper: bool = False) -> list[int]:
+    """The points where a block body's stored value changes branch along ``var``: ``c`` for
+    each comparison of ``var`` with a constant ``c`` anywhere in it (``var < c``, ``c <= var``,
+    ...; ``var <= c`` and ``var > c`` change at ``c + 1``). With ``upper``, only the bounds
+    ``var`` is compared to from below (``var < c``: a padding's end)."""
+    tirx = tvm_api.tirx
+    # (comparison, whether the variable is its left operand) -> offset of the change point
+    offsets = {(tirx.LT, True): 0, (tirx.GE, True): 0, (tirx.LE, True): 1, (tirx.GT, True): 1,
+               (tirx.GT, False): 0, (tirx.LE, False): 0, (tirx.GE, False): 1,
+               (tirx.LT, False): 1}  # fmt: skip
     found = []
 
     def visit(expr):
-        if isinstance(expr, tvm_api.tirx.LT) and _is_var(expr.a, var) and _const(expr.b):
-            found.append(int(expr.b.value))
-        elif isinstance(expr, tvm_api.tirx.GT) and _is_var(expr.b, var) and _const(expr.a):
-            found.append(int(expr.a.value))
-        elif isinstance(expr, tvm_api.tirx.And):
-            visit(expr.a)
-            visit(expr.b)
-        elif isinstance(expr, tvm_api.tirx.Select):
-            visit(expr.condition)
-            visit(expr.true_value)
-            visit(expr.false_value)
-        elif isinstance(expr, tvm_api.ir.Call) and getattr(expr.op, "name", "").endswith(
-            "if_then_else"
-        ):
+        kind = type(expr)
+        if (kind, True) in offsets:
+            for left, c in ((True, expr.b), (False, expr.a)):
+                if _is_var(expr.a if left else expr.b, var) and _const(c):
+                    below = (kind in (tirx.LT, tirx.LE)) == left  # var on the small side
+                    if below or not upper:
+                        found.append(int(c.value) + offsets[(kind, left)])
+                    return
+        if isinstance(expr, tvm_api.ir.Call):
             for arg in expr.args:
                 visit(arg)
+        elif isinstance(expr, tirx.Select):
+            for part in (expr.condition, expr.true_value, expr.false_value):
+                visit(part)
+        elif isinstance(expr, (tirx.Cast, tirx.Not)):
+            visit(expr.value if isinstance(expr, tirx.Cast) else expr.a)
+        elif hasattr(expr, "a") and hasattr(expr, "b"):  # arithmetic, min/max, and/or
+            visit(expr.a)
+            visit(expr.b)
 
-    if isinstance(stmt, tvm_api.tirx.BufferStore):
+    if isinstance(stmt, tirx.BufferStore):
         visit(stmt.value)
     return found
 
