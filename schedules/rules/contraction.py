@@ -43,6 +43,10 @@ class Axes:
     reduction: tuple[int, ...]
     vector: int  # the spatial iterator of the output's last dimension
     row: int | None  # a spatial iterator the vector-loaded operand does not use
+    # A grouped convolution's channels per group when the vector axis is its output channel:
+    # an operand indexed by ``f // group`` (its input) holds one value for a whole group's
+    # lanes, so a panel of lanes within one group broadcasts it.
+    group: int | None = None
 
 
 def schedule_func(func, target):
@@ -127,7 +131,9 @@ def pad_vector_axis(sch, block, axes: Axes, target, weights: set[str]) -> bool:
         for read in stmt.reads
     )
     padding = [1] * len(block.iters)
-    if extent is None and not along_weight:
+    if axes.group is not None:
+        pass  # a grouped convolution's panels lie within its groups: never padded
+    elif extent is None and not along_weight:
         padding[axes.vector] = 2 * lanes  # the panel tile_sizes takes for a symbolic axis
     elif extent is not None and extent > lanes and extent % lanes:
         # A weight's axis of whole 8-lane statements runs in panels of them (_odd_panel)
@@ -201,7 +207,7 @@ def pack_operands(sch, func, block, axes: Axes, nr: int):
     for index, read in enumerate(stmt.reads):
         dims = [_vars_of(d.min) for d in read.region]
         at = [i for i, used in enumerate(dims) if vector in used]
-        if len(at) != 1 or len(dims[at[0]]) != 1:
+        if len(at) != 1 or len(dims[at[0]]) != 1 or not streams(read, vector):
             continue
         weight = read.source.name in free_names or read.source.name in padded_weights
         extent = static_int(read.source.shape[at[0]])
@@ -312,8 +318,11 @@ def find_axes(sch, block, weights: set[str] = frozenset(), lanes: int = 1) -> Ax
         vector, preferred = along, names.index(last.name)
     else:
         preferred = None
-    # Operands read along the vector axis (it indexes one of their dimensions).
-    streamed = [r for r in stmt.reads if any(names[vector] in _vars_of(d.min) for d in r.region)]
+    group = group_width(stmt, names[vector])
+    # Operands read along the vector axis (it indexes one of their dimensions; a grouped
+    # input, read at ``f // group``, is one value for a panel's lanes: broadcast, not read
+    # along it).
+    streamed = [r for r in stmt.reads if streams(r, names[vector])]
     used = set().union(set(), *(_vars_of(d.min) for r in streamed for d in r.region))
     rows = [i for i in spatial if i != vector and names[i] not in used]
     if preferred in rows:
@@ -325,7 +334,53 @@ def find_axes(sch, block, weights: set[str] = frozenset(), lanes: int = 1) -> Ax
             if rows
             else None
         )
-    return Axes(spatial, reduction, vector, row)
+    return Axes(spatial, reduction, vector, row, group)
+
+
+def streams(read, var: str) -> bool:
+    """Whether ``var`` indexes ``read`` other than through ``var // c`` (a grouped
+    convolution's input channel, ``f // group * width + rc``, changes once per group)."""
+    return any(_uses(d.min, var)[0] for d in read.region)
+
+
+def group_width(stmt, var: str) -> int | None:
+    """The group of a grouped convolution whose output channel is ``var``: ``c`` when some
+    read uses ``var`` only as ``var // c`` (c > 1, the same ``c`` in every such read), else
+    None (a plain contraction, or a depthwise convolution: its input channel is ``var``)."""
+    divisors: set[int] = set()
+    for read in stmt.reads:
+        plain, groups = False, set()
+        for d in read.region:
+            p, g = _uses(d.min, var)
+            plain, groups = plain or p, groups | g
+        if not plain:
+            divisors |= groups
+    if len(divisors) != 1:
+        return None
+    (width,) = divisors
+    return width if width > 1 else None
+
+
+def _uses(expr, var: str) -> tuple[bool, set[int]]:
+    """(whether ``expr`` uses ``var`` other than as ``var // c``, the constants ``c`` it is
+    divided by), over the arithmetic of an index expression."""
+    tirx = tvm_api.tirx
+    if isinstance(expr, tirx.Var):
+        return expr.name == var, set()
+    if (
+        isinstance(expr, tirx.FloorDiv)
+        and isinstance(expr.a, tirx.Var)
+        and expr.a.name == var
+        and isinstance(expr.b, tirx.IntImm)
+    ):
+        return False, {int(expr.b.value)}
+    if isinstance(expr, (tirx.Add, tirx.Sub, tirx.Mul, tirx.FloorDiv, tirx.FloorMod)):
+        pa, ga = _uses(expr.a, var)
+        pb, gb = _uses(expr.b, var)
+        return pa or pb, ga | gb
+    if isinstance(expr, tirx.Cast):
+        return _uses(expr.value, var)
+    return var in _vars_of(expr), set()
 
 
 def _read_along(read, var: str) -> bool:
@@ -385,6 +440,10 @@ def _sizes(dom: list, axes: Axes, target) -> tuple[int, int]:
     """tile_sizes for the iterator extents ``dom`` (None where symbolic)."""
     lanes = lanes_for(target, 32)
     n = dom[axes.vector]
+    if axes.group is not None:
+        # A panel within one group (its input value is one broadcast for all its lanes).
+        nr = _group_panel(axes.group, lanes)
+        return _rows(dom, axes, nr, max(nr // statement_width(nr, lanes), 1), target), nr
     if n is not None and n > lanes and n % lanes:
         nr = _odd_panel(n, lanes)
     else:
@@ -395,6 +454,16 @@ def _sizes(dom: list, axes: Axes, target) -> tuple[int, int]:
         if 3 * mr3 > mr * max(nr // lanes, 1):
             return mr3, 3 * lanes
     return mr, nr
+
+
+def _group_panel(group: int, lanes: int) -> int:
+    """The panel of a grouped convolution's output channels: the whole group when it is
+    within three vectors (8 channels a group: 8-lane vectors), else its widest divisor that
+    is (a 128-channel group in panels of 32 on AVX2)."""
+    for size in range(min(group, 3 * lanes), 0, -1):
+        if group % size == 0:
+            return size
+    return 1
 
 
 def _odd_panel(n: int, lanes: int) -> int:
@@ -490,7 +559,7 @@ def panel_inner_axes(sch, block, axes: Axes) -> tuple[int, ...]:
         size = _buffer_bytes(read.source)
         if size is None:
             return ()  # a symbolic operand: no size to weigh
-        if any(vector in _vars_of(d.min) for d in read.region):
+        if streams(read, vector):
             panel_bytes += size
             used |= set().union(*(_vars_of(d.min) for d in read.region))
         else:
@@ -572,4 +641,13 @@ def _parallel(sch, outer) -> None:
         sch.parallel(fused)
 
 
-__all__ = ["Axes", "NAME", "find_axes", "one_reduction", "schedule_func", "tile"]
+__all__ = [
+    "Axes",
+    "NAME",
+    "find_axes",
+    "group_width",
+    "one_reduction",
+    "schedule_func",
+    "streams",
+    "tile",
+]

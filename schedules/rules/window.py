@@ -26,6 +26,7 @@ from __future__ import annotations
 from tvm_ext.schedules.common import PARALLEL_MIN_WORK, lanes_for
 from tvm_ext.schedules.rules.contraction import (
     Axes,
+    group_width,
     one_reduction,
     pack_operands,
     statement_width,
@@ -130,8 +131,8 @@ def window_axes(sch, block, weights: set[str]) -> Axes | None:
     if not isinstance(last, tvm_api.tirx.Var) or last.name not in names:
         return None
     vector = names.index(last.name)
-    if vector not in spatial:
-        return None
+    if vector not in spatial or group_width(stmt, last.name) is not None:
+        return None  # a grouped convolution: a dot product over each group's channels
     row = None
     if len(out) >= 2 and _channels_last(activations, last.name, sliding):
         width = out[-2].min

@@ -22,7 +22,7 @@ from typing import Sequence
 import numpy as np
 
 from tvm_ext.base import tvm_api
-from tvm_ext.hardware.target import as_target
+from tvm_ext.hardware.target import as_target, lanes_for
 from tvm_ext.model_pipeline.boundary import InputSpec, index_checks, input_vars
 from tvm_ext.model_pipeline.compiled import Compiled, Reference, Timing
 from tvm_ext.model_pipeline.index_guard import safe_indexing
@@ -121,7 +121,9 @@ def lower(mod, target, entry: str):
                 lambda m, _ctx: folded_batch_norm(m), opt_level=0, name="FoldedBatchNorm"
             ),
             tvm_api.transform.module_pass(
-                lambda m, _ctx: whole_vector_weights(m), opt_level=0, name="WholeVectorWeights"
+                lambda m, _ctx: whole_vector_weights(m, lanes_for(target, 32)),
+                opt_level=0,
+                name="WholeVectorWeights",
             ),
             transform.LegalizeOps(),
             transform.AnnotateTIROpPattern(),
