@@ -107,6 +107,23 @@ def test_nhwc_conv_with_padding_keeps_the_pad_a_stage(host):
     )
 
 
+def test_a_square_nhwc_conv_tiles_rows_along_its_width(host):
+    """Of two equally long row axes (a square map's height and width), the output's later
+    dimension: a row tile of adjacent pixels (their input channels one contiguous stream,
+    output rows written one after the other), not of image rows a whole row apart."""
+    X = te.placeholder((1, 12, 12, 16), name="X")
+    W = te.placeholder((1, 1, 16, 32), name="W")
+    out = topi.nn.conv2d_nhwc(X, W, 1, 0, 1)
+    func = te.create_prim_func([X, W, out])
+    sch = tvm_api.Schedule(func)
+    (main,) = [b for b in tvm_api.dlight.analysis.normalize_prim_func(sch) if b.is_reduction()]
+    axes = S.rules.contraction.find_axes(sch, main)
+    names = [it.var.name for it in main.iters]
+    write = sch.get(main.block_rv).writes[0].region
+    assert names[axes.row] == write[2].min.name  # NHWC: the width
+    check_rule(func, host, "contraction", rtol=1e-4)
+
+
 @pytest.mark.parametrize("size, channels, panels_outermost", [(4, 128, True), (28, 64, False)])
 def test_a_conv_whose_weights_outweigh_its_map_reads_each_panel_once(
     host, size, channels, panels_outermost

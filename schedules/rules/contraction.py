@@ -328,9 +328,15 @@ def find_axes(sch, block, weights: set[str] = frozenset(), lanes: int = 1) -> Ax
     if preferred in rows:
         row = preferred
     else:
-        # The longest row axis; a symbolic one (a sequence length) counts as the longest.
+        # The longest row axis; a symbolic one (a sequence length) counts as the longest. Of
+        # equal ones, the output's later dimension (max keeps the first: rows reversed): an
+        # NHWC convolution's width, whose rows are adjacent pixels (contiguous input
+        # channels, output rows one after the other), not its height, whose rows are image
+        # rows apart (a 1x1 convolution 16 -> 64 channels on a 112 x 112 map, rows along
+        # the height: 96 us, along the width: 53 us, Zen 5; resnet18's kernels 3 % faster
+        # in all, mobilenet_v3_large's 17 %).
         row = (
-            max(rows, key=lambda i: _SYMBOLIC if extents[i] is None else extents[i])
+            max(rows[::-1], key=lambda i: _SYMBOLIC if extents[i] is None else extents[i])
             if rows
             else None
         )
