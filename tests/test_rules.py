@@ -95,16 +95,27 @@ def test_a_three_vector_panel_where_two_leave_few_accumulators(mcpu, tile):
     assert tile_sizes(reduction, axes, target) == tile
 
 
-def test_nhwc_conv_with_padding_keeps_the_pad_a_stage(host):
-    X = te.placeholder((1, 9, 9, 8), name="X")
-    W = te.placeholder((3, 3, 8, 16), name="W")
-    out = topi.nn.conv2d_nhwc(X, W, 1, 1, 1)
+def test_nhwc_conv_inlines_its_padding_as_one_scalar_condition(host):
+    """An NHWC convolution's input is broadcast to the output channels' vector, so its
+    padding's condition is one scalar per broadcast: the padding is inlined (no per-call
+    padded copy of the input) and the tile's FMAs stay full width. An NCHW one keeps its
+    padding a stage (read along the vector axis, the condition would be per lane)."""
+    from tvm_ext.hardware.target import lanes_for
+
+    X = te.placeholder((1, 9, 9, 3), name="X")
+    W = te.placeholder((3, 3, 3, 16 * 3), name="W")
+    out = topi.nn.conv2d_nhwc(X, W, 2, 1, 1)
     sch = check_rule(te.create_prim_func([X, W, out]), host, "contraction", rtol=1e-4)
     text = _script(sch)
-    assert 'T.sblock("pad_temp")' in text  # not inlined: its condition would scalarize the loop
-    assert (
-        "if_then_else" not in text.split('T.sblock("conv2d_nhwc_update")')[1].split("T.sblock")[0]
-    )
+    assert 'T.sblock("pad_temp' not in text
+    assert "if_then_else" in text.split('T.sblock("conv2d_nhwc_update")')[1].split("T.sblock")[0]
+    width = {16: "zmm", 8: "ymm"}[lanes_for(host, 32)]
+    asm = tvm_api.build(sch.mod, host).inspect_source("asm")
+    assert re.search(rf"vfmadd\w+\s+[^\n]*%{width}", asm)
+    Xc = te.placeholder((1, 3, 9, 40), name="X")
+    Wc = te.placeholder((16, 3, 3, 3), name="W")
+    nchw = te.create_prim_func([Xc, Wc, topi.nn.conv2d_nchw(Xc, Wc, 1, 1, 1)])
+    assert 'T.sblock("pad_temp' in _script(check_rule(nchw, host, "contraction", rtol=1e-4))
 
 
 def test_a_square_nhwc_conv_tiles_rows_along_its_width(host):
