@@ -80,7 +80,8 @@ def test_a_three_vector_panel_where_two_leave_few_accumulators(mcpu, tile):
     """BERT's matmuls have M = 128 rows: a two-vector panel gets 4 rows (the 7 that fit the
     stack tile do not divide 128), 8 accumulators; with 32 vector registers three vectors
     (48 lanes, dividing N = 768) give 4 x 48, 12 accumulators. AVX2's 16 registers keep two."""
-    from tvm_ext.schedules.rules.contraction import find_axes, tile_sizes
+    from tvm_ext.schedules.rules.axes import find_axes
+    from tvm_ext.schedules.rules.tile_shape import tile_sizes
 
     from tvm_ext.hardware.target import lanes_for
 
@@ -128,7 +129,7 @@ def test_a_square_nhwc_conv_tiles_rows_along_its_width(host):
     func = te.create_prim_func([X, W, out])
     sch = tvm_api.Schedule(func)
     (main,) = [b for b in tvm_api.dlight.analysis.normalize_prim_func(sch) if b.is_reduction()]
-    axes = S.rules.contraction.find_axes(sch, main)
+    axes = S.rules.axes.find_axes(sch, main)
     names = [it.var.name for it in main.iters]
     write = sch.get(main.block_rv).writes[0].region
     assert names[axes.row] == write[2].min.name  # NHWC: the width

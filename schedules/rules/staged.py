@@ -13,9 +13,11 @@ whole ``K`` and ``V`` per query row.
 from __future__ import annotations
 
 from tvm_ext.schedules.common import PARALLEL_MIN_WORK, lanes_for
-from tvm_ext.schedules.rules.contraction import find_axes, tile, tile_sizes
+from tvm_ext.schedules.rules.axes import find_axes
+from tvm_ext.schedules.rules.contraction import tile
 from tvm_ext.schedules.rules.fallback import parallel_spatial, work
 from tvm_ext.schedules.rules.rows import lane_and_chunk, rfactor_lanes
+from tvm_ext.schedules.rules.tile_shape import tile_sizes
 
 from tvm_ext.base import tvm_api
 

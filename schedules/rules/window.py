@@ -24,18 +24,10 @@ and run in parallel, each point's window summed in order, as the unscheduled fun
 from __future__ import annotations
 
 from tvm_ext.schedules.common import PARALLEL_MIN_WORK, lanes_for
-from tvm_ext.schedules.rules.contraction import (
-    Axes,
-    group_width,
-    one_reduction,
-    pack_operands,
-    statement_width,
-    static_extents,
-    tile,
-    tile_sizes,
-    weight_names,
-)
+from tvm_ext.schedules.rules.axes import Axes, group_width, static_extents, vars_of, weight_names
+from tvm_ext.schedules.rules.contraction import one_reduction, pack_operands, tile
 from tvm_ext.schedules.rules.fallback import loop_extent, parallel_spatial, work
+from tvm_ext.schedules.rules.tile_shape import statement_width, tile_sizes
 
 from tvm_ext.base import tvm_api
 
@@ -123,7 +115,7 @@ def window_axes(sch, block, weights: set[str]) -> Axes | None:
         return None
     for read in activations:
         for dim in read.region:
-            used = _vars_of(dim.min)
+            used = vars_of(dim.min)
             if used & sliding and not used & spatial_names:
                 return None  # a reduction iterator alone: a dot product, not a window
     out = stmt.writes[0].region
@@ -145,14 +137,10 @@ def _channels_last(reads, channel: str, sliding: set[str]) -> bool:
     """Whether every activation's last dimension is indexed by the output's last iterator
     (and no window iterator), so a vector of outputs reads one contiguous vector."""
     for read in reads:
-        used = _vars_of(read.region[-1].min)
+        used = vars_of(read.region[-1].min)
         if channel not in used or used & sliding:
             return False
     return True
-
-
-def _vars_of(expr) -> set:
-    return {v.name for v in tvm_api.dlight.analysis.collect_vars_used_in_prim_expr(expr)}
 
 
 __all__ = ["MAX_WINDOW", "NAME", "schedule_func", "window_axes"]

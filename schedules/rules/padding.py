@@ -1,0 +1,129 @@
+"""Padding around a contraction's tile: the vector axis padded to whole vectors (and symbolic
+rows to whole row tiles) so that no tile runs under a per-lane predicate, and a
+convolution's spatial padding inlined where its condition is one scalar per broadcast.
+"""
+
+from __future__ import annotations
+
+from tvm_ext.schedules.common import lanes_for
+from tvm_ext.schedules.rules.axes import Axes, static_extents, streams, vars_of
+from tvm_ext.schedules.rules.tile_shape import sizes
+
+from tvm_ext.base import tvm_api
+
+
+def inline_window_pads(sch, block, pads: list, axes: Axes) -> tuple[list, object]:
+    """Inline each padding stage the reduction reads through a window (``x[y + ry, ..]``: a
+    convolution's spatial padding) and not along its vector axis; returns (the pads left,
+    the block's refreshed info). Its value is then one broadcast scalar per row of the tile,
+    its condition one scalar select with it, where the separate stage wrote and re-read a
+    padded copy of the whole input on every call, element by element when the channels are
+    fewer than a vector: a 3-channel stem convolution to 16 channels (224 x 224, stride 2)
+    took 137 us with the stage and 27 us inlined (Zen 5). A padding read along the vector
+    axis (NCHW: the width) stays a stage: inlined, its condition is per lane and LLVM
+    scalarizes the tile (a 3x3 NCHW convolution ran at 1.8 GFLOP/s); so does a padding read
+    with no window (``pad_einsum``'s copies of a matmul's operands)."""
+    stmt = sch.get(block.block_rv)
+    names = [it.var.name for it in block.iters]
+    spatial = {names[i] for i in axes.spatial}
+    reduction = {names[i] for i in axes.reduction}
+    vector = names[axes.vector]
+
+    def through_window(read) -> bool:
+        dims = [vars_of(d.min) for d in read.region]
+        return not streams(read, vector) and any(d & spatial and d & reduction for d in dims)
+
+    kept = []
+    for pad in pads:
+        out = sch.get(pad.block_rv).writes[0].source
+        reads = [r for r in stmt.reads if r.source.same_as(out)]
+        if reads and all(through_window(r) for r in reads):
+            sch.compute_inline(pad.block_rv)
+        else:
+            kept.append(pad)
+    if len(kept) == len(pads):
+        return pads, block
+    return kept, tvm_api.dlight.analysis.get_sblock_info(sch, block.block_rv)
+
+
+def pad_vector_axis(sch, block, axes: Axes, target, weights: set[str]) -> bool:
+    """Pad the computation's vector axis up to a whole number of vectors when it is not one
+    (ViT's 197 tokens, 1000 classes; a weight axis is left alone: its panels need no pad),
+    and its rows to a whole number of row tiles when they are symbolic (a sequence length);
+    returns whether it padded anything.
+
+    A tail inside the vectorized loop is a per-lane predicate, and LLVM scalarizes the whole
+    tile under it: a 12 x 197 x 197 x 64 batch matmul ran at 3 GFLOP/s, 27x slower than at
+    208 x 208. A symbolic row tail is worse: the accumulator tile's extent becomes symbolic,
+    so it is allocated at the output's size instead of in registers (a 197 x 256 x 1024
+    matmul ran 3.5x slower than at a fixed 197). ``pad_einsum`` computes on zero-padded
+    copies of the operands the axes index (a stage of their own, as padding is) and writes
+    the valid part back, so the tile runs without a predicate; a symbolic extent is padded
+    to ``ceil(n / tile) * tile``, a whole number of tiles whatever ``n`` is."""
+    lanes = lanes_for(target, 32)
+    dom = static_extents(block)
+    extent = dom[axes.vector]
+    vector = block.iters[axes.vector].var.name
+    stmt = sch.get(block.block_rv)
+    along_weight = any(
+        read.source.name in weights and any(vector in vars_of(d.min) for d in read.region)
+        for read in stmt.reads
+    )
+    padding = [1] * len(block.iters)
+    if axes.group is not None:
+        pass  # a grouped convolution's panels lie within its groups: never padded
+    elif extent is None and not along_weight:
+        padding[axes.vector] = 2 * lanes  # the panel tile_sizes takes for a symbolic axis
+    elif extent is not None and extent > lanes and extent % lanes:
+        # A weight's axis of whole 8-lane statements runs in panels of them (_odd_panel)
+        # with no copy; any other odd axis is padded, a weight's too (a copy per call: a
+        # pass over the weight, where a per-lane tail scalarizes every panel and ran a
+        # 12 x 197 x 197 x 64 batch matmul with a layout-free B 33x slower than at 208).
+        if not along_weight or extent % 8:
+            padding[axes.vector] = lanes
+    row = dom[axes.row] if axes.row is not None else 0
+    if padding[axes.vector] == 1 and row is not None:
+        return False  # nothing symbolic, every vector whole: no pad
+    if axes.row is not None:
+        # The rows too, to a whole number of row tiles (the tile tile_sizes will take): a row
+        # tail's predicate beside the padded lanes' (the write-back's masked store) wrote
+        # outside the output (TVM 0.27).
+        step = padding[axes.vector]
+        padded = list(dom)
+        padded[axes.vector] = None if extent is None else -(-extent // step) * step
+        mr, _ = sizes(padded, axes, target)  # a divisor of a static row extent if any
+        # Rows a tile divides run unpadded: no per-call copy of the operand the rows index.
+        # Even a tile of fewer accumulators than the core's FMA chains pays (65 rows in tiles
+        # of 5: 21 us against 27 us padded to 72 rows in tiles of 8, interleaved A/B, Zen 4).
+        if row is None or row % mr:
+            padded[axes.row] = None  # as many rows as fit
+            mr, _ = sizes(padded, axes, target)
+            padding[axes.row] = mr
+    reindexed = _as_einsum(sch, block, padding)
+    if reindexed is None:
+        return False
+    sch.pad_einsum(block.block_rv, padding)
+    for copy in reindexed:
+        sch.compute_inline(copy)
+    return True
+
+
+def _as_einsum(sch, block, padding: list[int]) -> list | None:
+    """Make ``block`` an einsum for ``pad_einsum``: each read indexed by sums of iterators (a
+    convolution's ``x[h + kh, w + kw, c]``) becomes a copy indexed by the block's own
+    iterators (``reindex``), for the caller to inline back once the padding is done. Returns
+    the copies; None when such a read uses an axis that is padded (its copy would be padded
+    too: a per-call pass over an im2col buffer)."""
+    padded = {block.iters[i].var.name for i, p in enumerate(padding) if p > 1}
+    copies = []
+    for index, read in enumerate(sch.get(block.block_rv).reads):
+        mins = [d.min for d in read.region]
+        if all(isinstance(m, (tvm_api.tirx.Var, tvm_api.tirx.IntImm)) for m in mins):
+            continue
+        if padded & set().union(*(vars_of(m) for m in mins)):
+            return None
+        copies.append(sch.reindex(block.block_rv, ("read", index)))
+    return copies
+
+
+__all__ = ["inline_window_pads", "pad_vector_axis"]

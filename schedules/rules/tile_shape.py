@@ -1,0 +1,108 @@
+"""The register tile of a contraction, ``mr`` rows by ``nr`` lanes: one to three vectors of
+lanes (a panel within one group for a grouped convolution, whole 8-lane statements across an
+axis that is no whole number of vectors), as many rows as keep the accumulators, the vector
+operands and a broadcast in the registers.
+"""
+
+from __future__ import annotations
+
+from tvm_ext.schedules.common import STACK_TILE_BYTES, lanes_for, vector_registers
+from tvm_ext.schedules.rules.axes import Axes, static_extents
+
+
+def _tile_size(extent: int | None, limit: int, step: int = 1) -> int:
+    """``extent`` when it is within ``limit``; else the largest multiple of ``step`` in
+    [limit / 2, limit] dividing ``extent``; else ``limit`` (a tail runs under a predicate;
+    so does a symbolic ``extent``'s, None)."""
+    if extent is None:
+        return limit
+    if extent <= limit:
+        return extent
+    for size in range(limit // step * step, max(limit // 2, step) - 1, -step):
+        if extent % size == 0:
+            return size
+    return limit
+
+
+def tile_sizes(block, axes: Axes, target) -> tuple[int, int]:
+    """(mr, nr): ``nr`` lanes of one to three vectors, as many rows as keep the
+    accumulators, the vector operands and a broadcast in the registers and the tile on the
+    stack; of those, the tile with the most accumulators (independent FMA chains: a core
+    needs its FMA latency x pipes of them in flight, 8 on Zen 4/5 and Golden Cove).
+
+    Three vectors only when they divide the axis, and with 32 vector registers (on AVX2's
+    16 a 4 x 24 tile would use all of them): BERT's M = 128 rows leave a two-vector tile 4
+    rows (the seven that fit do not divide 128), 8 accumulators; 4 x 48 has 12."""
+    return sizes(static_extents(block), axes, target)
+
+
+def sizes(dom: list, axes: Axes, target) -> tuple[int, int]:
+    """tile_sizes for the iterator extents ``dom`` (None where symbolic)."""
+    lanes = lanes_for(target, 32)
+    n = dom[axes.vector]
+    if axes.group is not None:
+        # A panel within one group (its input value is one broadcast for all its lanes).
+        nr = _group_panel(axes.group, lanes)
+        return _rows(dom, axes, nr, max(nr // statement_width(nr, lanes), 1), target), nr
+    if n is not None and n > lanes and n % lanes:
+        nr = _odd_panel(n, lanes)
+    else:
+        nr = _tile_size(n, 2 * lanes, lanes) if n is None or n >= lanes else n
+    mr = _rows(dom, axes, nr, max(nr // statement_width(nr, lanes), 1), target)
+    if n is not None and n % (3 * lanes) == 0 and vector_registers(target) >= 32:
+        mr3 = _rows(dom, axes, 3 * lanes, 3, target)
+        if 3 * mr3 > mr * max(nr // lanes, 1):
+            return mr3, 3 * lanes
+    return mr, nr
+
+
+def _group_panel(group: int, lanes: int) -> int:
+    """The panel of a grouped convolution's output channels: the whole group when it is
+    within three vectors (8 channels a group: 8-lane vectors), else its widest divisor that
+    is (a 128-channel group in panels of 32 on AVX2)."""
+    for size in range(min(group, 3 * lanes), 0, -1):
+        if group % size == 0:
+            return size
+    return 1
+
+
+def _odd_panel(n: int, lanes: int) -> int:
+    """The panel of a vector axis that is no whole number of vectors (it was not padded: a
+    weight's output channels, a window's channels): the widest divisor of ``n`` up to three
+    vectors that is a whole number of 8-lane statements (24, 40 or 120 channels, 1000
+    classes: panels of 24, 40, 40, 40); else the whole axis when it is within three vectors
+    (33 channels: a 33-lane vector LLVM splits into two full ones and a scalar); else two
+    vectors, the last panel under a per-lane predicate (LLVM scalarizes it: the slow case).
+    A tail predicate on every panel costs far more: a 33-channel depthwise convolution in
+    32-lane panels ran 15x slower than unscheduled."""
+    for size in range(3 * lanes // 8 * 8, 7, -8):
+        if n % size == 0:
+            return size
+    return n if n <= 3 * lanes else 2 * lanes
+
+
+def _rows(dom, axes: Axes, nr: int, vectors: int, target) -> int:
+    """The row tile for an ``nr``-lane panel of ``vectors`` vectors (see tile_sizes)."""
+    fit = _row_fit(nr, vectors, target)
+    return _tile_size(dom[axes.row], fit) if axes.row is not None else 1
+
+
+def _row_fit(nr: int, vectors: int, target) -> int:
+    """The most rows an ``nr``-lane tile of ``vectors`` vectors keeps in registers."""
+    fit = min((vector_registers(target) - vectors - 1) // vectors, 8)
+    return min(fit, (STACK_TILE_BYTES - 1) // (4 * nr))
+
+
+def statement_width(nr: int, lanes: int) -> int:
+    """The lanes of one vector statement of an ``nr``-lane tile row: ``lanes`` when they divide
+    ``nr``, else the largest power of two that does (an ``nr`` of 24 as three 8-lane
+    statements: a 24-lane one is no register size, and LLVM's split of it ran a 1x1
+    convolution to 24 channels at 21 GFLOP/s, three 8-lane ones at 210); ``nr`` itself when
+    no power of two of at least 4 lanes divides it (a 7-lane tile stays one statement)."""
+    width = lanes
+    while width > 1 and nr % width:
+        width //= 2
+    return width if width >= 4 else nr
+
+
+__all__ = ["sizes", "statement_width", "tile_sizes"]
