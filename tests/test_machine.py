@@ -193,9 +193,10 @@ def test_one_tune_heals_a_halved_cache(tmp_path, monkeypatch, host, caplog):
     assert len(lines) <= 1, [r.getMessage() for r in lines]
     healed = MachineModel.from_json(json.loads(path.read_text()))
     assert healed.peak("float32") >= 0.9 * quiet.peak("float32")
-    for name in ("bw.llc", "bw.dram"):  # this VM's DRAM probes vary by up to 30 %: a quiet
-        before, after = quiet.figures()[name], healed.figures()[name]  # one is one that agreed
-        if before.provisional or after.provisional:
-            assert after.value > low.figures()[name].value, name
-        else:
-            assert after.value >= 0.9 * before.value, name
+    # The bandwidths are probed again: a figure newer than the halved one and above it. Not
+    # "within 10 % of the first probe": on a shared VM a neighbour moves DRAM bandwidth between
+    # two agreeing (non-provisional) probes 20 s apart by 31 % (72.4 then 49.6 GB/s, Zen 5).
+    for name in ("bw.llc", "bw.dram"):
+        halved, after = low.figures()[name], healed.figures()[name]
+        assert after.when > quiet.figures()[name].when, name
+        assert after.value > halved.value, name
