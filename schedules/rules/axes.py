@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tvm_ext.schedules.rules.fallback import static_int
+from tvm_ext.schedules.rules.fallback import expr_children, static_int
 
 from tvm_ext.base import tvm_api
 
@@ -137,13 +137,14 @@ def _uses(expr, var: str) -> tuple[bool, set[int]]:
         and isinstance(expr.b, tirx.IntImm)
     ):
         return False, {int(expr.b.value)}
-    if isinstance(expr, (tirx.Add, tirx.Sub, tirx.Mul, tirx.FloorDiv, tirx.FloorMod)):
-        pa, ga = _uses(expr.a, var)
-        pb, gb = _uses(expr.b, var)
-        return pa or pb, ga | gb
-    if isinstance(expr, tirx.Cast):
-        return _uses(expr.value, var)
-    return var in vars_of(expr), set()
+    children = expr_children(expr)
+    if not children:  # a leaf, or a load: any use of var in it is a plain one
+        return var in vars_of(expr), set()
+    plain, groups = False, set()
+    for child in children:
+        p, g = _uses(child, var)
+        plain, groups = plain or p, groups | g
+    return plain, groups
 
 
 def _read_along(read, var: str) -> bool:

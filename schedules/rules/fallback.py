@@ -153,21 +153,30 @@ def _bounds(stmt, var, upper: bool = False) -> list[int]:
                     if below or not upper:
                         found.append(int(c.value) + offsets[(kind, left)])
                     return
-        if isinstance(expr, tvm_api.ir.Call):
-            for arg in expr.args:
-                visit(arg)
-        elif isinstance(expr, tirx.Select):
-            for part in (expr.condition, expr.true_value, expr.false_value):
-                visit(part)
-        elif isinstance(expr, (tirx.Cast, tirx.Not)):
-            visit(expr.value if isinstance(expr, tirx.Cast) else expr.a)
-        elif hasattr(expr, "a") and hasattr(expr, "b"):  # arithmetic, min/max, and/or
-            visit(expr.a)
-            visit(expr.b)
+        for child in expr_children(expr):
+            visit(child)
 
     if isinstance(stmt, tirx.BufferStore):
         visit(stmt.value)
     return found
+
+
+def expr_children(expr) -> list:
+    """The operands of an expression the rules walk: a call's arguments, a select's three
+    parts, a cast's or a negation's operand, a binary operation's two (arithmetic, min/max,
+    comparisons, and/or); none for a leaf or a buffer load (its indices are not walked)."""
+    tirx = tvm_api.tirx
+    if isinstance(expr, tvm_api.ir.Call):
+        return list(expr.args)
+    if isinstance(expr, tirx.Select):
+        return [expr.condition, expr.true_value, expr.false_value]
+    if isinstance(expr, tirx.Cast):
+        return [expr.value]
+    if isinstance(expr, tirx.Not):
+        return [expr.a]
+    if hasattr(expr, "a") and hasattr(expr, "b"):
+        return [expr.a, expr.b]
+    return []
 
 
 def _is_var(expr, var) -> bool:
