@@ -30,12 +30,20 @@ from tvm_ext.schedules.rules.axes import (
 )
 from tvm_ext.schedules.rules.fallback import loop_extent, parallel_spatial, static_int, work
 from tvm_ext.schedules.rules.padding import inline_window_pads, pad_vector_axis
-from tvm_ext.schedules.rules.tile_shape import statement_width, tile_sizes
+from tvm_ext.schedules.rules.tile_shape import statement_width, statements, tile_sizes
 
 from tvm_ext.base import tvm_api
 from tvm_ext.workloads.kernel_base import np_dtype
 
 NAME = "contraction"
+
+# The fewest rows a tile of unequal statements needs to run them in passes (see tile): each
+# pass's statements times the rows are its independent FMA chains. A 1 x 1000 classifier
+# head in panels of 40 ran in 47 us as a 32-lane and an 8-lane pass (two and one chains),
+# in 35 us as five 8-lane statements in one pass; 1025 classes in panels of 41, 65 us in
+# three passes, 33 us as one 41-lane statement (LLVM splits it). A 3x3 depthwise
+# convolution of 40 channels with 4 rows, 3.5 -> 2.5 us the other way (Zen 5).
+MIN_PASS_ROWS = 4
 
 
 def schedule_func(func, target):
@@ -209,23 +217,74 @@ def tile(sch, block, axes: Axes, target, epilogue, sizes: tuple[int, int]) -> bo
     )
     if epilogue is not None and not separate:
         sch.reverse_compute_inline(epilogue.block_rv)
-    sch.vectorize(sch.get_loops(acc)[-1])
+    runs = _statement_runs(nr, mr, lanes_for(target, 32))
+    if len(runs) == 1:
+        sch.vectorize(sch.get_loops(acc)[-1])
+    else:
+        # The write-back in the same runs as the tile: one load per stored statement (a
+        # 24-lane load of a 16- and an 8-lane accumulator spilled every accumulator of a
+        # 72-channel depthwise convolution to the stack and rebuilt it lane by lane).
+        _cut_into_runs(sch, sch.get_loops(acc)[-1], runs)
     if len(inner) == 2:
         sch.unroll(inner[0])
-    width = statement_width(nr, lanes_for(target, 32))
-    if width < nr:
-        # One register-wide vector per statement: LLVM keeps `lanes`-wide accumulators of a
-        # stack tile in registers, but spilled a 16-wide one on AVX2 on every k step.
-        vectors, lane = sch.split(inner[-1], [None, width])
+    if len(runs) == 1:
+        _vector_statements(sch, inner[-1], *runs[0])
+    else:
+        # Statements of unequal widths (whole vectors, then narrower ones): the lane loop
+        # moved outside the reduction and cut into runs of equal widths, each run its own
+        # reduction over the tile's rows (a block of its own: its init split off in it).
+        sch.reorder(inner[-1], *reductions, *inner[:-1])
+        parts = sch.loop_partition(inner[-1], [w * k for w, k in runs[:-1]] + [None])
+        updates = [sch.get_child_blocks(part)[0] for part in parts]
+    if work(block) >= PARALLEL_MIN_WORK:
+        _parallel(sch, outer)  # before the init is split off: a loop over it must be complete
+    if len(runs) == 1:
+        init = sch.decompose_reduction(block.block_rv, reductions[0])
+        sch.vectorize(sch.get_loops(init)[-1])
+        return separate
+    depth = len(inner) + len(reductions)  # the loops of a run: its lanes, reduction, rows
+    for update, run in zip(updates, runs):
+        lane, *rest = sch.get_loops(update)[-depth:]
+        sch.reorder(*rest, lane)
+        _vector_statements(sch, lane, *run)
+        init = sch.decompose_reduction(update, rest[0])
+        sch.vectorize(sch.get_loops(init)[-1])
+    return separate
+
+
+def _statement_runs(nr: int, mr: int, lanes: int) -> list[tuple[int, int]]:
+    """The vector statements of a tile row as runs of (width, count): :func:`statements`;
+    under ``MIN_PASS_ROWS`` rows one run of :func:`statement_width` statements instead of
+    unequal ones (see MIN_PASS_ROWS)."""
+    pieces = statements(nr, lanes)
+    if len(set(pieces)) > 1 and mr < MIN_PASS_ROWS:
+        width = statement_width(nr, lanes)
+        return [(width, nr // width)]
+    return [(w, pieces.count(w)) for w in dict.fromkeys(pieces)]
+
+
+def _cut_into_runs(sch, loop, runs: list[tuple[int, int]]) -> None:
+    """Partition ``loop`` into ``runs`` of (width, count) statements, each vectorized (see
+    :func:`_vector_statements`)."""
+    parts = sch.loop_partition(loop, [w * k for w, k in runs[:-1]] + [None])
+    for part, run in zip(parts, runs):
+        _vector_statements(sch, part, *run)
+
+
+def _vector_statements(sch, loop, width: int, count: int) -> None:
+    """``loop`` (``count`` x ``width`` lanes) as ``count`` unrolled vector statements of
+    ``width`` lanes (one register-wide vector per statement: LLVM keeps ``lanes``-wide
+    accumulators of a stack tile in registers, but spilled a 16-wide one on AVX2 on every k
+    step); a single lane stays a plain statement (a 2-lane piece unrolled as two ran a
+    34-channel depthwise convolution 4x slower than vectorized)."""
+    if width == 1:
+        sch.unroll(loop)
+    elif count > 1:
+        vectors, lane = sch.split(loop, [count, width])
         sch.unroll(vectors)
         sch.vectorize(lane)
     else:
-        sch.vectorize(inner[-1])
-    if work(block) >= PARALLEL_MIN_WORK:
-        _parallel(sch, outer)  # before the init is split off: a loop over it must be complete
-    init = sch.decompose_reduction(block.block_rv, reductions[0])
-    sch.vectorize(sch.get_loops(init)[-1])
-    return separate
+        sch.vectorize(loop)
 
 
 def panel_inner_axes(sch, block, axes: Axes) -> tuple[int, ...]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from tvm_ext.schedules.common import lanes_for
 from tvm_ext.schedules.rules.axes import Axes, static_extents, streams, vars_of
-from tvm_ext.schedules.rules.tile_shape import sizes
+from tvm_ext.schedules.rules.tile_shape import sizes, whole_panel
 
 from tvm_ext.base import tvm_api
 
@@ -75,11 +75,12 @@ def pad_vector_axis(sch, block, axes: Axes, target, weights: set[str]) -> bool:
     elif extent is None and not along_weight:
         padding[axes.vector] = 2 * lanes  # the panel tile_sizes takes for a symbolic axis
     elif extent is not None and extent > lanes and extent % lanes:
-        # A weight's axis of whole 8-lane statements runs in panels of them (_odd_panel)
-        # with no copy; any other odd axis is padded, a weight's too (a copy per call: a
-        # pass over the weight, where a per-lane tail scalarizes every panel and ran a
-        # 12 x 197 x 197 x 64 batch matmul with a layout-free B 33x slower than at 208).
-        if not along_weight or extent % 8:
+        # A weight's axis that whole panels tile (tile_shape.whole_panel: 1000 classes in
+        # panels of 40, 1025 in 41) runs in them with no copy; any other odd axis is padded,
+        # a weight's too (a copy per call: a pass over the weight, where a per-lane tail
+        # scalarizes every panel and ran a 12 x 197 x 197 x 64 batch matmul with a
+        # layout-free B 33x slower than at 208).
+        if not along_weight or whole_panel(extent, lanes) is None:
             padding[axes.vector] = lanes
     row = dom[axes.row] if axes.row is not None else 0
     if padding[axes.vector] == 1 and row is not None:

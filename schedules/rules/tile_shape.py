@@ -43,12 +43,12 @@ def sizes(dom: list, axes: Axes, target) -> tuple[int, int]:
     if axes.group is not None:
         # A panel within one group (its input value is one broadcast for all its lanes).
         nr = _group_panel(axes.group, lanes)
-        return _rows(dom, axes, nr, max(nr // statement_width(nr, lanes), 1), target), nr
+        return _rows(dom, axes, nr, len(statements(nr, lanes)), target), nr
     if n is not None and n > lanes and n % lanes:
         nr = _odd_panel(n, lanes)
     else:
         nr = _tile_size(n, 2 * lanes, lanes) if n is None or n >= lanes else n
-    mr = _rows(dom, axes, nr, max(nr // statement_width(nr, lanes), 1), target)
+    mr = _rows(dom, axes, nr, len(statements(nr, lanes)), target)
     if n is not None and n % (3 * lanes) == 0 and vector_registers(target) >= 32:
         mr3 = _rows(dom, axes, 3 * lanes, 3, target)
         if 3 * mr3 > mr * max(nr // lanes, 1):
@@ -66,19 +66,28 @@ def _group_panel(group: int, lanes: int) -> int:
     return 1
 
 
-def _odd_panel(n: int, lanes: int) -> int:
-    """The panel of a vector axis that is no whole number of vectors (it was not padded: a
-    weight's output channels, a window's channels): the widest divisor of ``n`` up to three
-    vectors that is a whole number of 8-lane statements (24, 40 or 120 channels, 1000
-    classes: panels of 24, 40, 40, 40); else the whole axis when it is within three vectors
-    (33 channels: a 33-lane vector LLVM splits into two full ones and a scalar); else two
-    vectors, the last panel under a per-lane predicate (LLVM scalarizes it: the slow case).
-    A tail predicate on every panel costs far more: a 33-channel depthwise convolution in
-    32-lane panels ran 15x slower than unscheduled."""
+def whole_panel(n: int, lanes: int) -> int | None:
+    """The panel of a vector axis that is no whole number of vectors, tiling it with no tail:
+    the widest divisor of ``n`` up to three vectors that is a whole number of 8-lane
+    statements (24, 40 or 120 channels, 1000 classes: panels of 24, 40, 40, 40); else the
+    divisor between one and three vectors wide with the fewest statements per lane (1025
+    classes: 41, three full vectors' worth of statements and a scalar); else the whole
+    axis when it is within three vectors (33 channels: 16, 16 and a scalar). None when no
+    panel tiles it (197, 65: a caller pads the axis, or accepts a tail)."""
     for size in range(3 * lanes // 8 * 8, 7, -8):
         if n % size == 0:
             return size
-    return n if n <= 3 * lanes else 2 * lanes
+    divisors = [d for d in range(lanes + 1, 3 * lanes + 1) if n % d == 0]
+    if divisors:
+        return min(divisors, key=lambda d: (len(statements(d, lanes)) / d, -d))
+    return n if n <= 3 * lanes else None
+
+
+def _odd_panel(n: int, lanes: int) -> int:
+    """:func:`whole_panel`, else two vectors, the last panel under a per-lane predicate
+    (LLVM scalarizes it: the slow case). A tail predicate on every panel costs far more: a
+    33-channel depthwise convolution in 32-lane panels ran 15x slower than unscheduled."""
+    return whole_panel(n, lanes) or 2 * lanes
 
 
 def _rows(dom, axes: Axes, nr: int, vectors: int, target) -> int:
@@ -105,4 +114,29 @@ def statement_width(nr: int, lanes: int) -> int:
     return width if width >= 4 else nr
 
 
-__all__ = ["sizes", "statement_width", "tile_sizes"]
+def statements(nr: int, lanes: int) -> list[int]:
+    """The lanes of each vector statement of an ``nr``-lane tile row, in order: ``nr //
+    width`` statements of :func:`statement_width` when that is a whole vector or ``nr`` is
+    within one; else whole vectors of ``lanes`` first, then the rest in the widest powers of
+    two of at least 4 lanes, then one plain statement of the last 1-3 lanes (40 lanes on a
+    16-lane target: 16, 16, 8, where five 8-lane statements ran a 40-channel depthwise
+    convolution at 1.5x the time of a 48-channel one; 33: 16, 16, 1, where one 33-lane
+    statement was scalarized whole)."""
+    width = statement_width(nr, lanes)
+    if width == lanes or nr <= lanes:
+        return [width] * (nr // width)
+    pieces, rest = [lanes] * (nr // lanes), nr % lanes
+    width = lanes // 2
+    while rest:
+        if width < 4:
+            pieces.append(rest)
+            break
+        if rest >= width:
+            pieces.append(width)
+            rest -= width
+        else:
+            width //= 2
+    return pieces
+
+
+__all__ = ["sizes", "statement_width", "statements", "tile_sizes", "whole_panel"]

@@ -23,11 +23,11 @@ and run in parallel, each point's window summed in order, as the unscheduled fun
 
 from __future__ import annotations
 
-from tvm_ext.schedules.common import PARALLEL_MIN_WORK, lanes_for
+from tvm_ext.schedules.common import PARALLEL_MIN_WORK
 from tvm_ext.schedules.rules.axes import Axes, group_width, static_extents, vars_of, weight_names
 from tvm_ext.schedules.rules.contraction import one_reduction, pack_operands, tile
 from tvm_ext.schedules.rules.fallback import loop_extent, parallel_spatial, work
-from tvm_ext.schedules.rules.tile_shape import statement_width, tile_sizes
+from tvm_ext.schedules.rules.tile_shape import tile_sizes
 
 from tvm_ext.base import tvm_api
 
@@ -48,11 +48,11 @@ def schedule_func(func, target):
     if axes is None:
         return None
     mr, nr = tile_sizes(main, axes, target)
-    channels, lanes = static_extents(main)[axes.vector], lanes_for(target, 32)
-    odd_vector = nr > lanes and statement_width(nr, lanes) == nr
-    if axes.row is None or channels is None or channels % nr or odd_vector:
-        # Not channels last, or channels no panel tiles without a per-lane tail or an odd
-        # vector (33: LLVM scalarizes either, 6x slower than unscheduled): the safe schedule.
+    channels = static_extents(main)[axes.vector]
+    if axes.row is None or channels is None or channels % nr:
+        # Not channels last, or channels no panel tiles without a per-lane tail (LLVM
+        # scalarizes a tile under a per-lane predicate, 6x slower than unscheduled): the
+        # safe schedule.
         # NCHW: the planes in parallel (pooling 64 x 112 x 112: 2x unscheduled). Channels
         # last, the loop nest stays as it is: LLVM vectorizes the plain nest, and not its
         # body inside a parallel closure (33 channels: 10 us serial, 69 us parallel).
