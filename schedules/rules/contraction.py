@@ -30,20 +30,12 @@ from tvm_ext.schedules.rules.axes import (
 )
 from tvm_ext.schedules.rules.fallback import loop_extent, parallel_spatial, static_int, work
 from tvm_ext.schedules.rules.padding import inline_window_pads, pad_vector_axis
-from tvm_ext.schedules.rules.tile_shape import statement_width, statements, tile_sizes
+from tvm_ext.schedules.rules.tile_shape import statement_runs, tile_sizes
 
 from tvm_ext.base import tvm_api
 from tvm_ext.workloads.kernel_base import np_dtype
 
 NAME = "contraction"
-
-# The fewest rows a tile of unequal statements needs to run them in passes (see tile): each
-# pass's statements times the rows are its independent FMA chains. A 1 x 1000 classifier
-# head in panels of 40 ran in 47 us as a 32-lane and an 8-lane pass (two and one chains),
-# in 35 us as five 8-lane statements in one pass; 1025 classes in panels of 41, 65 us in
-# three passes, 33 us as one 41-lane statement (LLVM splits it). A 3x3 depthwise
-# convolution of 40 channels with 4 rows, 3.5 -> 2.5 us the other way (Zen 5).
-MIN_PASS_ROWS = 4
 
 
 def schedule_func(func, target):
@@ -217,7 +209,7 @@ def tile(sch, block, axes: Axes, target, epilogue, sizes: tuple[int, int]) -> bo
     )
     if epilogue is not None and not separate:
         sch.reverse_compute_inline(epilogue.block_rv)
-    runs = _statement_runs(nr, mr, lanes_for(target, 32))
+    runs = statement_runs(nr, mr, lanes_for(target, 32))
     if len(runs) == 1:
         sch.vectorize(sch.get_loops(acc)[-1])
     else:
@@ -250,17 +242,6 @@ def tile(sch, block, axes: Axes, target, epilogue, sizes: tuple[int, int]) -> bo
         init = sch.decompose_reduction(update, rest[0])
         sch.vectorize(sch.get_loops(init)[-1])
     return separate
-
-
-def _statement_runs(nr: int, mr: int, lanes: int) -> list[tuple[int, int]]:
-    """The vector statements of a tile row as runs of (width, count): :func:`statements`;
-    under ``MIN_PASS_ROWS`` rows one run of :func:`statement_width` statements instead of
-    unequal ones (see MIN_PASS_ROWS)."""
-    pieces = statements(nr, lanes)
-    if len(set(pieces)) > 1 and mr < MIN_PASS_ROWS:
-        width = statement_width(nr, lanes)
-        return [(width, nr // width)]
-    return [(w, pieces.count(w)) for w in dict.fromkeys(pieces)]
 
 
 def _cut_into_runs(sch, loop, runs: list[tuple[int, int]]) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from tvm_ext.schedules.common import lanes_for
 from tvm_ext.schedules.rules.axes import Axes, static_extents, streams, vars_of
-from tvm_ext.schedules.rules.tile_shape import sizes, whole_panel
+from tvm_ext.schedules.rules.tile_shape import MIN_PASS_ROWS, sizes, statements, whole_panel
 
 from tvm_ext.base import tvm_api
 
@@ -75,12 +75,12 @@ def pad_vector_axis(sch, block, axes: Axes, target, weights: set[str]) -> bool:
     elif extent is None and not along_weight:
         padding[axes.vector] = 2 * lanes  # the panel tile_sizes takes for a symbolic axis
     elif extent is not None and extent > lanes and extent % lanes:
-        # A weight's axis that whole panels tile (tile_shape.whole_panel: 1000 classes in
-        # panels of 40, 1025 in 41) runs in them with no copy; any other odd axis is padded,
-        # a weight's too (a copy per call: a pass over the weight, where a per-lane tail
-        # scalarizes every panel and ran a 12 x 197 x 197 x 64 batch matmul with a
-        # layout-free B 33x slower than at 208).
-        if not along_weight or whole_panel(extent, lanes) is None:
+        # A weight's axis that whole panels tile (whole_panel_pays) runs in them with no
+        # copy; any other odd axis is padded, a weight's too (a copy per call: a pass over
+        # the weight, where a per-lane tail scalarizes every panel and ran a 12 x 197 x 197
+        # x 64 batch matmul with a layout-free B 33x slower than at 208).
+        rows = dom[axes.row] if axes.row is not None else 1
+        if not along_weight or not whole_panel_pays(extent, rows, lanes):
             padding[axes.vector] = lanes
     row = dom[axes.row] if axes.row is not None else 0
     if padding[axes.vector] == 1 and row is not None:
@@ -109,6 +109,25 @@ def pad_vector_axis(sch, block, axes: Axes, target, weights: set[str]) -> bool:
     return True
 
 
+def whole_panel_pays(extent: int, rows: int | None, lanes: int) -> bool:
+    """Whether a weight axis of ``extent`` (no whole number of vectors) runs in the panels
+    :func:`~.tile_shape.whole_panel` finds rather than padded to whole vectors on every call:
+    when it is a whole number of 8-lane statements (120 channels in panels of 40, 16 + 16 +
+    8: a 1x1 convolution 32 -> 120 on 14 x 14 ran 5 % slower padded), when the rows are too
+    few to amortize the copy (``MIN_PASS_ROWS``: a 1 x 1280 @ 1280 x
+    1025 classifier head, 318 us padded, 33 us in panels of 41), or when the panels need no
+    more vector statements per row than the padded axis (33 channels: 16 + 16 + 1 against
+    three padded vectors; a 3x3 convolution 33 -> 33 on 14 x 14, 19.6 -> 12.1 us). 50
+    columns in panels of 25 (16 + 8 + 1, twice) against four padded vectors: padded (a
+    12 x 50 x 50 x 64 batch matmul 20.6 us in panels, 17.3 us padded; Zen 5)."""
+    panel = whole_panel(extent, lanes)
+    if panel is None:
+        return False
+    if extent % 8 == 0 or (rows is not None and rows < MIN_PASS_ROWS):
+        return True
+    return extent // panel * len(statements(panel, lanes)) <= -(-extent // lanes)
+
+
 def _as_einsum(sch, block, padding: list[int]) -> list | None:
     """Make ``block`` an einsum for ``pad_einsum``: each read indexed by sums of iterators (a
     convolution's ``x[h + kh, w + kw, c]``) becomes a copy indexed by the block's own
@@ -127,4 +146,4 @@ def _as_einsum(sch, block, padding: list[int]) -> list | None:
     return copies
 
 
-__all__ = ["inline_window_pads", "pad_vector_axis"]
+__all__ = ["inline_window_pads", "pad_vector_axis", "whole_panel_pays"]
