@@ -379,6 +379,20 @@ def test_a_weight_axis_whose_panels_cost_more_statements_is_padded(host):
     assert "K_pad" in text
 
 
+def test_a_padded_write_back_is_a_vectorized_pass_of_its_own(host):
+    """Attention scores over 190 tokens, padded to whole vectors: the slice back to 190
+    columns, inlined into the tile's write-back, put a per-lane condition on every panel's
+    stores and LLVM scalarized them all (ViT's 12 x 197 x 197 x 64: 247 us against 157 us at
+    208). The tile writes its padded panels whole; one pass copies the valid columns in
+    whole vectors and a remainder (204 us, Zen 5)."""
+    q, k = te.placeholder((4, 190, 32), name="Q"), te.placeholder((4, 190, 32), name="K")
+    func = te.create_prim_func([q, k, topi.nn.batch_matmul(q, k, transpose_b=True)])
+    text = _script(check_rule(func, host, "contraction", rtol=1e-4))
+    write_back = _block_text(text, "T_batch_matmul_NT_pad_global")
+    assert "T.where" not in write_back
+    assert "T_batch_matmul_NT_pad_ax20" in text  # the slice: whole vectors, then the rest
+
+
 def test_rows_that_a_small_tile_divides_are_not_copied(host):
     """65 rows: a 5-row tile divides them, so only the columns (65, no whole vector) are
     padded; A is read where it is instead of copied into 72 padded rows on every call."""
