@@ -53,10 +53,17 @@ def test_language_models_refuse_ids_outside_the_vocabulary():
         compiled.run(ids)
 
 
+# Each call's time includes part of the instrument's own Python callbacks (a return and an
+# entry, ~1 us): on a 2-core Zen 5 the ~60 calls of the small ResNet-18 summed to 1.10-1.13x
+# its 0.5 ms latency, run after run (its kernels are a few us each). Which calls are timed is
+# checked name by name below; the sum bounds the instrument's bias.
+TIMED_SLACK = 0.15
+
+
 def test_profile_times_every_call_and_adds_up_to_the_latency():
     _, compiled = compiled_small("resnet18")
     result = tvm_ext.profile(compiled, min_seconds=0.3)
-    if abs(result.timed_s / result.latency.seconds - 1) > 0.10:
+    if abs(result.timed_s / result.latency.seconds - 1) > TIMED_SLACK:
         # One more profile when the first disagrees: on a shared 2-core machine another
         # process taking a core between the instrumented and the plain runs moves one of
         # them by more than 10 % (seen once in a full run); a real gap shows twice.
@@ -71,8 +78,8 @@ def test_profile_times_every_call_and_adds_up_to_the_latency():
     assert all(r.rule for r in kernels)
     assert any(r.kind == "vm" and r.name.startswith("vm.builtin.") for r in result.rows)
     # The calls' times, taken one by one with the instrument, sum to the latency measured
-    # without it, within 10 %.
-    assert result.timed_s == pytest.approx(result.latency.seconds, rel=0.10)
+    # without it, within TIMED_SLACK.
+    assert result.timed_s == pytest.approx(result.latency.seconds, rel=TIMED_SLACK)
     for r in kernels:
         # A kernel that computes nothing and whose bytes stay in the caches (the layout
         # transpose at the input) has a floor of 0: no FLOPs, no compulsory traffic.

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 from tvm_ext.schedules.common import PARALLEL_MIN_WORK
 from tvm_ext.schedules.rules.axes import Axes, group_width, static_extents, vars_of, weight_names
-from tvm_ext.schedules.rules.contraction import one_reduction, pack_operands, tile
+from tvm_ext.schedules.rules.contraction import one_reduction, tile
 from tvm_ext.schedules.rules.fallback import loop_extent, parallel_spatial, work
+from tvm_ext.schedules.rules.packing import pack_operands
 from tvm_ext.schedules.rules.tile_shape import tile_sizes
 
 from tvm_ext.base import tvm_api
