@@ -162,8 +162,7 @@ def tile(sch, block, axes: Axes, target, epilogue, sizes: tuple[int, int]) -> bo
         # moved outside the reduction and cut into runs of equal widths, each run its own
         # reduction over the tile's rows (a block of its own: its init split off in it).
         sch.reorder(inner[-1], *reductions, *inner[:-1])
-        parts = sch.loop_partition(inner[-1], [w * k for w, k in runs[:-1]] + [None])
-        updates = [sch.get_child_blocks(part)[0] for part in parts]
+        updates = [sch.get_child_blocks(part)[0] for part in _partition(sch, inner[-1], runs)]
     if work(block) >= PARALLEL_MIN_WORK:
         _parallel(sch, outer)  # before the init is split off: a loop over it must be complete
     if len(runs) == 1:
@@ -183,9 +182,13 @@ def tile(sch, block, axes: Axes, target, epilogue, sizes: tuple[int, int]) -> bo
 def _cut_into_runs(sch, loop, runs: list[tuple[int, int]]) -> None:
     """Partition ``loop`` into ``runs`` of (width, count) statements, each vectorized (see
     :func:`_vector_statements`)."""
-    parts = sch.loop_partition(loop, [w * k for w, k in runs[:-1]] + [None])
-    for part, run in zip(parts, runs):
+    for part, run in zip(_partition(sch, loop, runs), runs):
         _vector_statements(sch, part, *run)
+
+
+def _partition(sch, loop, runs: list[tuple[int, int]]) -> list:
+    """``loop`` cut after each run of (width, count) statements; returns the parts."""
+    return sch.loop_partition(loop, [w * k for w, k in runs[:-1]] + [None])
 
 
 def _vector_statements(sch, loop, width: int, count: int) -> None:
@@ -282,8 +285,7 @@ def _partial_panel(sch, block, epilogue, axes: Axes, nr: int) -> bool:
     outputs of at least ``PARTIAL_PANEL_MIN_POINTS``."""
     computed = static_extents(block)[axes.vector]
     region = sch.get(block.block_rv).writes[0].region
-    vector = block.iters[axes.vector].var.name
-    at = [i for i, d in enumerate(region) if vector in vars_of(d.min)]
+    at = _vector_dims(sch, block, axes)
     out = sch.get(epilogue.block_rv).writes[0].source.shape
     if computed is None or len(at) != 1 or len(out) != len(region):
         return False
@@ -297,12 +299,18 @@ def _partial_panel(sch, block, epilogue, axes: Axes, nr: int) -> bool:
     )
 
 
+def _vector_dims(sch, block, axes: Axes) -> list[int]:
+    """The dimensions of the block's output that its vector iterator indexes."""
+    region = sch.get(block.block_rv).writes[0].region
+    vector = block.iters[axes.vector].var.name
+    return [i for i, d in enumerate(region) if vector in vars_of(d.min)]
+
+
 def _vector_innermost(sch, block, axes: Axes) -> None:
     """When the vector axis is not the output's last dimension (a weight axis), lay the
     accumulator tile out with it last, so each accumulator is one contiguous vector."""
     region = sch.get(block.block_rv).writes[0].region
-    vector = block.iters[axes.vector].var.name
-    at = [i for i, d in enumerate(region) if vector in vars_of(d.min)]
+    at = _vector_dims(sch, block, axes)
     if len(at) != 1 or at[0] == len(region) - 1:
         return
     order = [i for i in range(len(region)) if i != at[0]] + at
