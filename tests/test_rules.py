@@ -60,9 +60,10 @@ def test_user_te_matmul_with_epilogue_is_a_contraction(host):
     sch = check_rule(user_matmul_bias_relu(48, 40, 24), host, "contraction")
     text = _script(sch)
     # The epilogue is applied as the accumulator tile is written back: no separate D loop
-    # (N = 40 is padded to whole vectors: the accumulator is the padded C's).
+    # (N = 40 on 16 lanes is one panel of 16 + 16 + 8 lanes, each run its own init; on 8
+    # lanes, five whole vectors).
     assert re.search(r"T\.max\(C(_pad)?_global", text) and "T.vectorized" in text
-    assert "C_init" in text
+    assert re.search(r'"C\w*_init"', text)
 
 
 def test_transposed_b_batched_matmul_packs_b(host):
@@ -370,13 +371,43 @@ def test_a_weight_axis_a_wide_panel_divides_is_not_copied(host, classes):
 
 
 def test_a_weight_axis_whose_panels_cost_more_statements_is_padded(host):
-    """50 columns of a layout-free transposed B over 50 rows: panels of 25 (16 + 8 + 1 lanes,
-    twice) take six vector statements a row where the padded axis takes four, and the copy
-    is shared by every row; padded, 20.6 -> 17.3 us (12 x 50 x 50 x 64, Zen 5)."""
-    q, k = te.placeholder((12, 50, 64), name="Q"), te.placeholder((12, 50, 64), name="K")
+    """100 columns of a transposed B: its panels of 20 (16 + 4 lanes; 8 + 8 + 4 on AVX2)
+    take more vector statements a row than the padded axis (10 against 7), and the whole
+    axis is too wide for a register tile: padded. (Panels of 25 against a padded 50: 20.6
+    -> 17.3 us, 12 x 50 x 50 x 64, Zen 5.)"""
+    q, k = te.placeholder((2, 20, 64), name="Q"), te.placeholder((2, 100, 64), name="K")
     func = te.create_prim_func([q, k, topi.nn.batch_matmul(q, k, transpose_b=True)])
     text = _script(check_rule(func, host, "contraction", rtol=1e-4))
     assert "K_pad" in text
+
+
+@pytest.mark.parametrize("columns", [50, 65, 49, 33])
+def test_an_axis_one_register_panel_holds_is_not_padded(host, columns):
+    """A vector axis of four or five vectors' worth that a register tile holds whole (50 =
+    16 x 3 + 2, 65 = 16 x 4 + 1 on AVX-512) runs as one panel of whole vectors and a narrower
+    rest, no more statements than padded, with no per-call copy of the operand and no
+    predicated write-back: 12 x 50 x 50 x 64 attention scores 17.4 -> 11.0 us, a 65 x 65 x
+    256 matmul 11.0 -> 7.5 us (its padded copy ran in a parallel stage of its own: 18 us
+    while a neighbour used a core; Zen 5). On AVX2 (16 registers) the same axes are
+    padded: a whole panel there leaves fewer than three rows of accumulators.
+
+    The row tile is a divisor of at least four rows, else all the rows that fit and a tail
+    (tile_shape._rows): a 33 x 33 x 256 matmul in tiles of 3 rows (a divisor) took 3.0 us,
+    in tiles of 7 and a tail 2.2 us."""
+    from tvm_ext.hardware.target import lanes_for
+
+    q, k = te.placeholder((3, 24, 32), name="Q"), te.placeholder((3, columns, 32), name="K")
+    func = te.create_prim_func([q, k, topi.nn.batch_matmul(q, k, transpose_b=True)])
+    text = _script(check_rule(func, host, "contraction", rtol=1e-4))
+    mm = _script(check_rule(user_matmul_bias_relu(24, columns, 32), host, "contraction"))
+    if lanes_for(host, 32) < 16:
+        assert "K_pad" in text and "B_pad" in mm
+        return
+    for script in (text, mm):
+        assert "_pad" not in script  # (a tail of rows is a scalar condition per row)
+        assert "T.vectorized(T.int64(16))" in script or "T.vectorized(16)" in script
+    rows = max(int(r) for r in re.findall(r"T\.unroll\((\d+)\)", mm))
+    assert rows >= (4 if columns == 33 else 3)  # 24 rows: 6, not 3
 
 
 def test_a_padded_write_back_is_a_vectorized_pass_of_its_own(host):
@@ -394,16 +425,21 @@ def test_a_padded_write_back_is_a_vectorized_pass_of_its_own(host):
 
 
 def test_rows_that_a_small_tile_divides_are_not_copied(host):
-    """65 rows: a 5-row tile divides them, so only the columns (65, no whole vector) are
-    padded; A is read where it is instead of copied into 72 padded rows on every call."""
-    text = _script(check_rule(user_matmul_bias_relu(65, 65, 32), host, "contraction"))
+    """65 rows: a 5-row tile divides them, so only the columns (six vectors and a lane, no
+    panel tiles them) are padded; A is read where it is instead of copied into 72 padded
+    rows on every call."""
+    from tvm_ext.hardware.target import lanes_for
+
+    columns = 6 * lanes_for(host, 32) + 1
+    text = _script(check_rule(user_matmul_bias_relu(65, columns, 32), host, "contraction"))
     assert "B_pad" in text and "A_pad" not in text
 
 
 def test_an_odd_innermost_extent_runs_whole_vectors_and_a_remainder(host):
     """An element-wise loop of 65 split by the lanes put a per-lane predicate in every vector
     (LLVM scalarizes it); the loop is cut into whole vectors and a plain remainder. The same
-    for a padding copy whose condition changes inside a vector (B_pad: columns < 65)."""
+    for a padding copy whose condition changes inside a vector (B_pad: columns < 97 on 16
+    lanes, where no panel tiles them)."""
     from tvm_ext.hardware.target import lanes_for
 
     lanes = lanes_for(host, 32)
@@ -411,9 +447,9 @@ def test_an_odd_innermost_extent_runs_whole_vectors_and_a_remainder(host):
     relu = te.compute(A.shape, lambda i, j: te.max(A[i, j], 0.0), name="relu")
     text = _script(check_rule(te.create_prim_func([A, relu]), host, "injective"))
     assert "T.where" not in text and f"T.vectorized({lanes})" in text
-    text = _script(check_rule(user_matmul_bias_relu(4, 65, 32), host, "contraction"))
+    text = _script(check_rule(user_matmul_bias_relu(4, 6 * lanes + 1, 32), host, "contraction"))
     pattern = rf'T\.vectorized\({lanes}\):\s*with T\.sblock\("B_pad_ax10"\)'
-    assert re.search(pattern, text)  # whole vectors of B's padded copy: columns 0-63
+    assert re.search(pattern, text)  # whole vectors of B's padded copy: columns 0-95
     assert "T.vectorized" not in _block_text(text, "B_pad_ax11")  # column 64, plain
 
 

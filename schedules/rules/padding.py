@@ -5,7 +5,7 @@ convolution's spatial padding inlined where its condition is one scalar per broa
 
 from __future__ import annotations
 
-from tvm_ext.schedules.common import lanes_for
+from tvm_ext.schedules.common import lanes_for, vector_registers
 from tvm_ext.schedules.rules.axes import Axes, static_extents, streams, vars_of
 from tvm_ext.schedules.rules.tile_shape import MIN_PASS_ROWS, sizes, statements, whole_panel
 
@@ -80,7 +80,8 @@ def pad_vector_axis(sch, block, axes: Axes, target, weights: set[str]) -> bool:
         # the weight, where a per-lane tail scalarizes every panel and ran a 12 x 197 x 197
         # x 64 batch matmul with a layout-free B 33x slower than at 208).
         rows = dom[axes.row] if axes.row is not None else 1
-        if not along_weight or not whole_panel_pays(extent, rows, lanes):
+        registers = vector_registers(target)
+        if not whole_panel_pays(extent, rows, lanes, registers, weight=along_weight):
             padding[axes.vector] = lanes
     row = dom[axes.row] if axes.row is not None else 0
     if padding[axes.vector] == 1 and row is not None:
@@ -109,7 +110,9 @@ def pad_vector_axis(sch, block, axes: Axes, target, weights: set[str]) -> bool:
     return True
 
 
-def whole_panel_pays(extent: int, rows: int | None, lanes: int) -> bool:
+def whole_panel_pays(
+    extent: int, rows: int | None, lanes: int, registers: int, *, weight: bool = True
+) -> bool:
     """Whether a weight axis of ``extent`` (no whole number of vectors) runs in the panels
     :func:`~.tile_shape.whole_panel` finds rather than padded to whole vectors on every call:
     when it is a whole number of 8-lane statements (120 channels in panels of 40, 16 + 16 +
@@ -119,11 +122,15 @@ def whole_panel_pays(extent: int, rows: int | None, lanes: int) -> bool:
     more vector statements per row than the padded axis (33 channels: 16 + 16 + 1 against
     three padded vectors; a 3x3 convolution 33 -> 33 on 14 x 14, 19.6 -> 12.1 us). 50
     columns in panels of 25 (16 + 8 + 1, twice) against four padded vectors: padded (a
-    12 x 50 x 50 x 64 batch matmul 20.6 us in panels, 17.3 us padded; Zen 5)."""
-    panel = whole_panel(extent, lanes)
+    12 x 50 x 50 x 64 batch matmul 20.6 us in panels, 17.3 us padded; Zen 5).
+
+    An axis that is not a weight's has no compile-time pack to amortize: it runs unpadded by
+    the last test alone (65 columns as one panel of 16 x 4 + 1, five statements as padded;
+    see tile_shape.whole_panel)."""
+    panel = whole_panel(extent, lanes, registers)
     if panel is None:
         return False
-    if extent % 8 == 0 or (rows is not None and rows < MIN_PASS_ROWS):
+    if weight and (extent % 8 == 0 or (rows is not None and rows < MIN_PASS_ROWS)):
         return True
     return extent // panel * len(statements(panel, lanes)) <= -(-extent // lanes)
 

@@ -15,18 +15,20 @@ from tvm_ext.schedules.rules.axes import Axes, static_extents
 # in 35 us as five 8-lane statements in one pass; 1025 classes in panels of 41, 65 us in
 # three passes, 33 us as one 41-lane statement (LLVM splits it). A 3x3 depthwise
 # convolution of 40 channels with 4 rows, 3.5 -> 2.5 us the other way (Zen 5).
-MIN_PASS_ROWS = 4
+MIN_PASS_ROWS = 3
 
 
-def _tile_size(extent: int | None, limit: int, step: int = 1) -> int:
+def _tile_size(extent: int | None, limit: int, step: int = 1, least: int = 1) -> int:
     """``extent`` when it is within ``limit``; else the largest multiple of ``step`` in
-    [limit / 2, limit] dividing ``extent``; else ``limit`` (a tail runs under a predicate;
-    so does a symbolic ``extent``'s, None)."""
+    [limit / 2, limit] (and at least ``least``) dividing ``extent``; else ``limit`` (a tail
+    runs under a predicate; so does a symbolic ``extent``'s, None)."""
     if extent is None:
         return limit
     if extent <= limit:
         return extent
-    for size in range(limit // step * step, max(limit // 2, step) - 1, -step):
+    # Never down to one row for a divisor: a 1-row tile of a 65-row matmul had a fifth of a
+    # 3-row tile's FMA chains; the rows' tail is a scalar condition per row.
+    for size in range(limit // step * step, max(limit // 2, step, min(limit, 2), least) - 1, -step):
         if extent % size == 0:
             return size
     return limit
@@ -53,7 +55,7 @@ def sizes(dom: list, axes: Axes, target) -> tuple[int, int]:
         nr = _group_panel(axes.group, lanes)
         return _rows(dom, axes, nr, len(statements(nr, lanes)), target), nr
     if n is not None and n > lanes and n % lanes:
-        nr = _odd_panel(n, lanes)
+        nr = _odd_panel(n, lanes, vector_registers(target))
     else:
         nr = _tile_size(n, 2 * lanes, lanes) if n is None or n >= lanes else n
     mr = _rows(dom, axes, nr, len(statements(nr, lanes)), target)
@@ -74,39 +76,56 @@ def _group_panel(group: int, lanes: int) -> int:
     return 1
 
 
-def whole_panel(n: int, lanes: int) -> int | None:
+def whole_panel(n: int, lanes: int, registers: int) -> int | None:
     """The panel of a vector axis that is no whole number of vectors, tiling it with no tail:
     the widest divisor of ``n`` up to three vectors that is a whole number of 8-lane
-    statements (24, 40 or 120 channels, 1000 classes: panels of 24, 40, 40, 40); else the
-    divisor between one and three vectors wide with the fewest statements per lane (1025
-    classes: 41, three full vectors' worth of statements and a scalar); else the whole
-    axis when it is within three vectors (33 channels: 16, 16 and a scalar). None when no
-    panel tiles it (197, 65: a caller pads the axis, or accepts a tail)."""
+    statements (24, 40 or 120 channels, 1000 classes: panels of 24, 40, 40, 40); else, of
+    the divisors between one and three vectors wide and the whole axis where its statements
+    leave ``MIN_PASS_ROWS`` rows of accumulators in ``registers``, the one with the fewest
+    statements per lane (1025 classes: 41, three full vectors' worth of statements and a
+    scalar; 33 channels: 16, 16 and a scalar; 66 columns on AVX-512: four vectors and two
+    lanes, not two panels of 33). None when no panel tiles it (197: a caller pads the axis,
+    or accepts a tail).
+
+    A whole axis of 65 columns (four vectors and a scalar, three rows) ran a 65 x 65 x 256
+    matmul in 7.8 us, where padded to 80 lanes (a per-call copy in a parallel stage of its
+    own, a write-back under a per-lane predicate) took 11.3 us, 18 us while a neighbour
+    used a core (Zen 5)."""
     for size in range(3 * lanes // 8 * 8, 7, -8):
         if n % size == 0:
             return size
-    divisors = [d for d in range(lanes + 1, 3 * lanes + 1) if n % d == 0]
-    if divisors:
-        return min(divisors, key=lambda d: (len(statements(d, lanes)) / d, -d))
-    return n if n <= 3 * lanes else None
+    panels = [d for d in range(lanes + 1, 3 * lanes + 1) if n % d == 0]
+    if n > 3 * lanes and _row_fit(n, len(statements(n, lanes)), registers) >= MIN_PASS_ROWS:
+        panels.append(n)
+    if not panels:
+        return None
+    return min(panels, key=lambda d: (len(statements(d, lanes)) / d, -d))
 
 
-def _odd_panel(n: int, lanes: int) -> int:
+def _odd_panel(n: int, lanes: int, registers: int) -> int:
     """:func:`whole_panel`, else two vectors, the last panel under a per-lane predicate
     (LLVM scalarizes it: the slow case). A tail predicate on every panel costs far more: a
     33-channel depthwise convolution in 32-lane panels ran 15x slower than unscheduled."""
-    return whole_panel(n, lanes) or 2 * lanes
+    return whole_panel(n, lanes, registers) or 2 * lanes
 
 
 def _rows(dom, axes: Axes, nr: int, vectors: int, target) -> int:
-    """The row tile for an ``nr``-lane panel of ``vectors`` vectors (see tile_sizes)."""
-    fit = _row_fit(nr, vectors, target)
-    return _tile_size(dom[axes.row], fit) if axes.row is not None else 1
+    """The row tile for an ``nr``-lane panel of ``vectors`` vectors (see tile_sizes). When
+    the statements are unequal, a divisor of at least ``MIN_PASS_ROWS + 1`` rows, else all
+    the rows that fit and a tail: 33 x 33 x 256 in tiles of 3 rows (a divisor) took 3.0 us,
+    in tiles of 7 and a tail 2.2 us; a 3x3 depthwise convolution of 40 channels over 28
+    columns 2.4 us in tiles of 4 (a divisor), 2.7 us in tiles of 6 and a tail (Zen 5)."""
+    if axes.row is None:
+        return 1
+    fit = _row_fit(nr, vectors, vector_registers(target))
+    unequal = len(set(statements(nr, lanes_for(target, 32)))) > 1
+    return _tile_size(dom[axes.row], fit, least=min(fit, MIN_PASS_ROWS + 1) if unequal else 1)
 
 
-def _row_fit(nr: int, vectors: int, target) -> int:
-    """The most rows an ``nr``-lane tile of ``vectors`` vectors keeps in registers."""
-    fit = min((vector_registers(target) - vectors - 1) // vectors, 8)
+def _row_fit(nr: int, vectors: int, registers: int) -> int:
+    """The most rows an ``nr``-lane tile of ``vectors`` vectors keeps in ``registers``
+    (and on the stack, see STACK_TILE_BYTES)."""
+    fit = min((registers - vectors - 1) // vectors, 8)
     return min(fit, (STACK_TILE_BYTES - 1) // (4 * nr))
 
 
