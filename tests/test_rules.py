@@ -493,6 +493,27 @@ def test_a_row_off_the_vector_width_vectorizes_its_element_wise_stages(host):
         assert re.search(pattern, text), stage
 
 
+@pytest.mark.parametrize("combine", ["max", "sum"])
+def test_an_odd_reduction_runs_as_independent_lanes(host, combine):
+    """A row reduction over 197 columns (no vector divides it) ran as one chain of 197
+    dependent scalar steps: a 12 x 197 x 197 softmax at 1.35x the time of 208 columns. It
+    is split by the lanes under a tail predicate and ``rfactor``-ed into as many independent
+    partials (1.05x, Zen 5). Its stages share one row loop by ``merge``: ``compute_at``
+    dropped the partial's tail predicate (TVM 0.27), reading past the row. A centring by
+    the row's max (not shift-invariant as a softmax is) and a normalization by its sum
+    check that the tail is neither read past nor lost."""
+    x = te.placeholder((6, 197), name="x")
+    k = te.reduce_axis((0, 197), name="k")
+    if combine == "max":
+        r = te.compute((6,), lambda i: te.max(x[i, k], axis=k), name="r")
+        out = te.compute((6, 197), lambda i, j: x[i, j] - r[i], name="out")
+    else:
+        r = te.compute((6,), lambda i: te.sum(x[i, k], axis=k), name="r")
+        out = te.compute((6, 197), lambda i, j: x[i, j] / r[i], name="out")
+    text = _script(check_rule(te.create_prim_func([x, out]), host, "rows", rtol=1e-4))
+    assert '"r_rf"' in text and text.count("T.where") == 1  # the partial's tail alone
+
+
 def test_a_rule_failing_inside_tvm_hands_the_function_to_the_next(host, caplog):
     """A rule whose primitive trips one of TVM's internal checks (an InternalError, not a
     ScheduleError: it happened inlining a broadcasting epilogue) gives the function up with
