@@ -53,7 +53,7 @@ def parallel_spatial(sch, block, target, vectorize: bool, work: int = PARALLEL_M
     slower than unscheduled; cut, each piece simplifies to one input's load: 180 GB/s).
     Bounds on whole vectors (of ``lanes``, or of the widest power of two of at least 4 lanes
     dividing them): the loop split by that width, vectorized, its outer part partitioned at
-    the bounds (:func:`_aligned_width`). Otherwise (:func:`vector_pieces`): whole vectors
+    the bounds (:func:`aligned_width`). Otherwise (:func:`vector_pieces`): whole vectors
     first, then the rest as plain loops; a matmul's 256 x 80 padding copy of B ran element by
     element with a compare and a branch each, 40 % of a 65 x 65 x 256 matmul's time.
 
@@ -70,9 +70,9 @@ def parallel_spatial(sch, block, target, vectorize: bool, work: int = PARALLEL_M
     last_extent = loop_extent(sch, loops[-1])
     pieces = aligned = None
     if vectorize and lead == len(loops) and (last_extent or 0) >= lanes:
-        bounds = [b for b in _bounds(sch.get(block.block_rv).body, block.iters[-1].var)
+        bounds = [b for b in branch_points(sch.get(block.block_rv).body, block.iters[-1].var)
                   if 0 < b < last_extent]  # fmt: skip
-        width = _aligned_width(bounds, last_extent, lanes)
+        width = aligned_width(bounds, last_extent, lanes)
         if width is not None:
             outer, inner = sch.split(loops[-1], [None, width])
             edges = [0, *sorted({b // width for b in bounds}), last_extent // width]
@@ -100,7 +100,7 @@ def parallel_spatial(sch, block, target, vectorize: bool, work: int = PARALLEL_M
         sch.loop_partition(aligned[0], [*aligned[1][:-1], None])
 
 
-def _aligned_width(bounds: list[int], extent: int, lanes: int) -> int | None:
+def aligned_width(bounds: list[int], extent: int, lanes: int) -> int | None:
     """The vector width for cutting a loop of ``extent`` at ``bounds`` with no vector across a
     bound: ``lanes`` when every bound and the extent are whole vectors, else the widest power
     of two of at least 4 that divides them all (a concatenation of 24 and 40 channels: 8
@@ -122,7 +122,7 @@ def vector_pieces(sch, block, extent: int, lanes: int) -> list[int] | None:
     vector."""
     var = block.iters[-1].var
     cuts = {extent // lanes * lanes}
-    for bound in _bounds(sch.get(block.block_rv).body, var, upper=True):
+    for bound in branch_points(sch.get(block.block_rv).body, var, upper=True):
         if 0 < bound < extent:
             cuts |= {bound // lanes * lanes, bound}
     cuts = sorted(c for c in cuts if 0 < c < extent)
@@ -132,7 +132,7 @@ def vector_pieces(sch, block, extent: int, lanes: int) -> list[int] | None:
     return [b - a for a, b in zip(edges, edges[1:])]
 
 
-def _bounds(stmt, var, upper: bool = False) -> list[int]:
+def branch_points(stmt, var, upper: bool = False) -> list[int]:
     """The points where a block body's stored value changes branch along ``var``: ``c`` for
     each comparison of ``var`` with a constant ``c`` anywhere in it (``var < c``, ``c <= var``,
     ...; ``var <= c`` and ``var > c`` change at ``c + 1``). With ``upper``, only the bounds
