@@ -56,6 +56,8 @@ def _transposed_axis(sch, block, lanes: int) -> int | None:
     ):
         return None  # the output is not indexed by the iterators in order
     loads = _loads(stmt.value)
+    if not loads or any(len(load.indices) == 0 for load in loads):
+        return None  # nothing read, or a 0-d scalar (broadcast, not strided)
     last = iters[-1].name
     lasts = [vars_of(load.indices[-1]) for load in loads]
     others = [set().union(*(vars_of(i) for i in load.indices[:-1])) for load in loads]
