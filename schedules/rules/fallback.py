@@ -75,8 +75,7 @@ def parallel_spatial(sch, block, target, vectorize: bool, work: int = PARALLEL_M
         width = aligned_width(bounds, last_extent, lanes)
         if width is not None:
             outer, inner = sch.split(loops[-1], [None, width])
-            edges = [0, *sorted({b // width for b in bounds}), last_extent // width]
-            aligned = (outer, [b - a for a, b in zip(edges, edges[1:])])
+            aligned = (outer, vector_runs(bounds, last_extent, width))
             loops, lead = loops[:-1], lead - 1
         else:
             pieces = vector_pieces(sch, block, last_extent, lanes)
@@ -111,6 +110,14 @@ def aligned_width(bounds: list[int], extent: int, lanes: int) -> int | None:
     while width >= 4 and any(v % width for v in (*bounds, extent)):
         width //= 2
     return width if width >= 4 else None
+
+
+def vector_runs(bounds: list[int], extent: int, width: int) -> list[int]:
+    """The vectors of ``width`` between the cuts at ``bounds`` (each a whole number of them:
+    :func:`aligned_width`) of a loop of ``extent``, for ``loop_partition`` of the loop over
+    the vectors."""
+    edges = [0, *sorted({b // width for b in bounds}), extent // width]
+    return [b - a for a, b in zip(edges, edges[1:])]
 
 
 def vector_pieces(sch, block, extent: int, lanes: int) -> list[int] | None:

@@ -19,6 +19,7 @@ from tvm_ext.schedules.rules.fallback import (
     loop_extent,
     parallel_spatial,
     static_int,
+    vector_runs,
     work,
 )
 
@@ -118,8 +119,6 @@ def _through_a_tile(sch, block, across: int, lanes: int) -> None:
         points = []
     cut, vec = sch.split(along, [None, width])
     sch.vectorize(vec)
-    if points:
-        edges = [0, *sorted({b // width for b in points}), extent // width]
-        sizes = [b - a for a, b in zip(edges, edges[1:])]
-        if len(sizes) > 1:
-            sch.loop_partition(cut, [*sizes[:-1], None])
+    runs = vector_runs(points, extent, width)
+    if len(runs) > 1:
+        sch.loop_partition(cut, [*runs[:-1], None])

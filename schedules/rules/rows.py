@@ -39,7 +39,7 @@ def schedule_func(func, target):
         return None  # the reduction's rows are not the output's leading axes
     stages = _inline_single_use(sch, blocks[:-1])
     lanes = lanes_for(target, 32)
-    if any(_tail_width(b, lanes) for b in stages) and _one_row_loop(stages, blocks[-1], rows):
+    if any(_odd_reduction(b, lanes) for b in stages) and _one_row_loop(stages, blocks[-1], rows):
         return _merged(sch, stages, blocks[-1], rows, lanes)
     ordered, partials = [], []
     for block in stages:
@@ -64,17 +64,15 @@ def schedule_func(func, target):
     return sch
 
 
-def _tail_width(block, lanes: int) -> int | None:
-    """``lanes`` when ``block`` is a reduction of more than ``lanes`` of an odd extent (197
-    columns, 49: no vector divides it, its steps one chain), else None. An even one keeps
-    partials of the power of two dividing it: a 12 x 66 x 66 softmax ran in 93 us with
-    2-lane partials, 107 us with 16 predicated ones (12 x 98 x 98 and 100: equal)."""
+def _odd_reduction(block, lanes: int) -> bool:
+    """Whether ``block`` is a reduction of more than ``lanes`` of an odd extent (197 columns,
+    49: no vector divides it, its steps one chain). An even one keeps partials of the power
+    of two dividing it: a 12 x 66 x 66 softmax ran in 93 us with 2-lane partials, 107 us
+    with 16 predicated ones (12 x 98 x 98 and 100: equal)."""
     if block.is_injective():
-        return None
+        return False
     extent = static_int(block.dom()[-1])
-    if extent is None or extent <= lanes or extent % 2 == 0:
-        return None
-    return lanes
+    return extent is not None and extent > lanes and extent % 2 == 1
 
 
 def _one_row_loop(stages, out, rows: int) -> bool:
@@ -96,12 +94,8 @@ def _merged(sch, stages, out, rows: int, lanes: int):
     nests, partials = [], []
     for block in stages:
         if not block.is_injective():
-            k = sch.get_loops(block.block_rv)[-1]
-            extent = loop_extent(sch, k)
-            width = _tail_width(block, lanes) or math.gcd(extent, lanes)
-            if width >= 2:
-                sch.split(k, [None, width])
-                partial = sch.rfactor(sch.get_loops(block.block_rv)[-1], rows)
+            partial = rfactor_lanes(sch, block, lanes, tail=_odd_reduction(block, lanes))
+            if partial is not None:
                 nests.append(partial)
                 partials.append(partial)
         nests.append(block.block_rv)
@@ -151,12 +145,14 @@ def _inline_single_use(sch, blocks):
     return kept
 
 
-def rfactor_lanes(sch, block, lanes: int):
+def rfactor_lanes(sch, block, lanes: int, tail: bool = False):
     """Split the reduction loop by the widest power of two up to ``lanes`` dividing it and
-    rfactor the inner part: the block then folds ``lanes`` vector partials."""
+    rfactor the inner part: the block then folds ``lanes`` vector partials. With ``tail``,
+    split by ``lanes`` under a tail predicate (an odd extent, see _merged: the caller must
+    not ``compute_at`` the partial, which would drop the predicate)."""
     k = sch.get_loops(block.block_rv)[-1]
     extent = loop_extent(sch, k)
-    width = math.gcd(extent, lanes) if extent else 1
+    width = lanes if tail else math.gcd(extent, lanes) if extent else 1
     if width < 2:
         return None
     _, k1 = sch.split(k, [None, width])
