@@ -47,9 +47,13 @@ class MachineModel:
     vector_lanes: int  # fp32 lanes of the widest vector register
     fma_latency: Figure  # seconds from one dependent FMA to the next (value in s, not 1/s)
 
+    def has_peak(self, dtype: str) -> bool:
+        """Whether the model knows a compute peak for ``dtype`` (an int64 index kernel: no)."""
+        return _peak_key(dtype) in self.peaks
+
     def peak(self, dtype: str) -> float:
         """Compute peak (FLOP/s) for kernels whose inputs are ``dtype``."""
-        key = {"float16": "float32", "uint8": "int8"}.get(dtype, dtype)
+        key = _peak_key(dtype)
         if key not in self.peaks:
             raise ValueError(f"no compute peak for dtype={dtype!r}; known: {sorted(self.peaks)}")
         return self.peaks[key].value
@@ -126,3 +130,7 @@ class MachineModel:
             int(data["vector_lanes"]),
             Figure(**data["fma_latency"]),
         )
+
+
+def _peak_key(dtype: str) -> str:
+    return {"float16": "float32", "uint8": "int8"}.get(dtype, dtype)

@@ -296,6 +296,8 @@ def _fractions(checked: _Checked, machine: MachineModel | None, seconds: float):
     flops, nbytes, dtype = checked.cost
     if machine is None or not flops or checked.target.kind.name != "llvm":
         return None, None
+    if not machine.has_peak(dtype):  # an integer index kernel: no peak to compare with
+        return None, None
     roof = machine.roofline_seconds(flops, nbytes, dtype) / seconds
     if roof > 1.0 and checked.runtime.session is None:
         # Proof the model reads low on this host: its roof is raised (the cache's, one line).
