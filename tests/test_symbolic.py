@@ -271,12 +271,14 @@ def test_a_decode_step_matches_a_full_recompute():
 
 
 def test_tuning_a_symbolic_model_is_refused_before_any_work(symbolic_block, tmp_path):
-    """MetaSchedule tunes static shapes only: ``tune`` names the symbolic dimensions and what
-    to do instead, and writes nothing."""
+    """MetaSchedule tunes static shapes only: ``tune`` without ``lengths=`` names the
+    symbolic dimensions and what to do instead, and writes nothing."""
     import tvm_ext
     from tvm_ext.base.errors import UnsupportedModel
 
     model, _ = symbolic_block
-    with pytest.raises(UnsupportedModel, match=r"symbolic dimensions \['s\d+'\] cannot be tuned"):
+    with pytest.raises(
+        UnsupportedModel, match=r"symbolic dimensions \['s\d+'\]: tune it at the lengths"
+    ):
         tvm_ext.tune(model, trials=8, log_dir=str(tmp_path))
     assert not any(tmp_path.iterdir())

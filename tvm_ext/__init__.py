@@ -31,6 +31,7 @@ from tvm_ext.kernel_tuner.replayer import replay as replay_kernel
 from tvm_ext.kernel_tuner.tuner import tune as tune_kernel
 from tvm_ext.measurement.measure import Measurement, measure
 from tvm_ext.model_pipeline.compile import compile
+from tvm_ext.model_pipeline.length_tuner import is_symbolic, replay_at_lengths, tune_at_lengths
 from tvm_ext.model_pipeline.model_replay import replay_model
 from tvm_ext.model_pipeline.model_tuner import is_model, tune_model
 from tvm_ext.model_pipeline.profile import profile
@@ -50,14 +51,22 @@ def tune(mod, target=None, **options):
     A model (a ``models.ZOO`` model, a Relax IRModule, a module of several PrimFuncs) goes to
     :func:`~tvm_ext.model_pipeline.model_tuner.tune_model` (every task seeded by its IR rule,
     the budget spent where the proven bound leaves room; ``trials`` is the whole model's
-    budget, 0 allowed), anything else to :func:`~tvm_ext.kernel_tuner.tuner.tune`.
+    budget, 0 allowed), anything else to :func:`~tvm_ext.kernel_tuner.tuner.tune`. A model
+    of symbolic length takes ``lengths=[...]``: tuned at each, run from one executable that
+    dispatches a call to the nearest length's schedules
+    (:func:`~tvm_ext.model_pipeline.length_tuner.tune_at_lengths`).
     """
+    lengths = options.pop("lengths", None)
     if is_model(mod):
         odd = sorted(k for k, v in options.items() if k in _KERNEL_ONLY and v != _KERNEL_ONLY[k])
         if odd:
             raise ValueError(f"tune() of a model takes no {odd} (each task is seeded by its rule)")
-        return tune_model(mod, target, **{k: v for k, v in options.items()
-                                         if k not in _KERNEL_ONLY})  # fmt: skip
+        options = {k: v for k, v in options.items() if k not in _KERNEL_ONLY}
+        if lengths is not None:
+            return tune_at_lengths(mod, target, lengths, **options)
+        return tune_model(mod, target, **options)
+    if lengths is not None:
+        raise ValueError("lengths= is for a model of symbolic length, not a kernel")
     return tune_kernel(mod, target, **options)
 
 
@@ -66,6 +75,8 @@ def replay(obj, target=None, **options):
     (:func:`~tvm_ext.model_pipeline.model_replay.replay_model`), anything else from its kernel
     log (:func:`~tvm_ext.kernel_tuner.replayer.replay`)."""
     if is_model(obj):
+        if is_symbolic(obj, options.get("params")):
+            return replay_at_lengths(obj, target, **options)
         return replay_model(obj, target, **options)
     return replay_kernel(obj, target, **options)
 

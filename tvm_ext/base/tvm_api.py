@@ -337,6 +337,11 @@ def with_upper_bounds(mod, entry: str, highs: dict[str, int]) -> "tvm.IRModule":
     return out
 
 
+def simplify(expr):
+    """``expr`` (a TIR expression) simplified by TVM's arithmetic analyzer."""
+    return tvm.sym.Analyzer().simplify(expr)
+
+
 def bounded_analyzer(mod):
     """TVM's arithmetic analyzer with every symbolic dimension of ``mod``'s Relax functions
     bound to the range the function declares for it (``tir_var_lower_bound`` /

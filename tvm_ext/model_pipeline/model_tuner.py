@@ -141,12 +141,22 @@ def tune_model(model, target=None, *, trials: int = 64, log_dir=None, seed: int 
     ``audit``: the candidates the cut drops are measured too (they cost their runs), and the
     table, the manifest and :func:`describe` give each task's violations and regrets.
     """
-    import pandas as pd  # lazy: pandas adds ~0.3 s to `import tvm_ext`
-
     _check_budget(trials, batch)
-    started = time.perf_counter()
     target = cpu_target(target)
     prepared = prepare_model(model, target, params, reference, inputs)
+    return tune_prepared(prepared, target, trials=trials, log_dir=log_dir, seed=seed,
+                         batch=batch, policy=policy, progress=progress, machine=machine,
+                         retire_factor=retire_factor, repeat=repeat, audit=audit)  # fmt: skip
+
+
+def tune_prepared(prepared: "PreparedModel", target, *, trials: int, log_dir, seed, batch: int,
+                  policy, progress: bool, machine, retire_factor: float, repeat: int,
+                  audit: bool) -> ModelTuneResult:  # fmt: skip
+    """:func:`tune_model` of a model already lowered and its tasks found (``target`` a
+    Target, the budget checked)."""
+    import pandas as pd  # lazy: pandas adds ~0.3 s to `import tvm_ext`
+
+    started = time.perf_counter()
     root = pathlib.Path(log_dir) if log_dir is not None else None
     scratch = None if root is not None else tempfile.mkdtemp(prefix="tvm-ext-model-logs-")
     try:
@@ -255,9 +265,8 @@ def prepare_model(model, target, params, reference, inputs) -> PreparedModel:
     if symbolic:
         # MetaSchedule tunes static shapes only (upstream #11747): say so before any work.
         raise UnsupportedModel(
-            f"{source.name}: symbolic dimensions {sorted(symbolic)} cannot be tuned yet; "
-            "compile() takes the model as it is, or tune it built at a fixed length "
-            "(build_suite(..., seq=n), or from_torch without dynamic_shapes)"
+            f"{source.name}: symbolic dimensions {sorted(symbolic)}: tune it at the lengths "
+            "it will run at (tune(model, lengths=[...])); compile() takes it as it is"
         )
     lowered = bind_and_lower(source, target)
     if isinstance(model, Model):
@@ -489,4 +498,6 @@ __all__ = [
     "build_model",
     "prepare_model",
     "tune_model",
+    "tune_prepared",
+    "untuned_outputs",
 ]

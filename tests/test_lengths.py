@@ -1,0 +1,189 @@
+"""Tuning a model of symbolic length at the lengths a user names: each length a static model
+(every function specialized where it is called), a trace found at one length generalized to
+every length, one executable whose entry dispatches each call to its bucket's schedules."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tvm_ext.base import tvm_api
+from tvm_ext.base.errors import UnsupportedModel
+from tvm_ext.model_pipeline import length_buckets as lb
+from tvm_ext.model_pipeline.compile import ModelSource, bind_and_lower, cpu_target, fold_prepacks
+from tvm_ext.model_pipeline.length_tuner import inputs_at
+
+torch = pytest.importorskip("torch", reason="the torch models need the [torch] extra")
+
+
+@pytest.fixture(scope="module")
+def block():
+    """A symbolic transformer block (test_symbolic's), lowered as compile lowers it."""
+    from test_symbolic import _Block
+
+    import tvm_ext
+
+    torch.manual_seed(0)
+    seq = torch.export.Dim("seq", min=2, max=96)
+    model = tvm_ext.from_torch(
+        _Block(), [torch.randn(1, 11, 32)], dynamic_shapes={"x": {1: seq}}, name="block"
+    )
+    target = cpu_target(None)
+    source = ModelSource.of(model, None, None, None)
+    ((var, _),) = tvm_api.symbolic_bounds(source.mod[source.entry]).items()
+    return model, source, bind_and_lower(source, target), var, target
+
+
+def _vm(mod, target):
+    executable = tvm_api.relax.build(mod, target=target)
+    return tvm_api.relax.VirtualMachine(executable, tvm_api.cpu(0))
+
+
+def _run(vm, x):
+    return vm["main"](tvm_api.tensor(x, tvm_api.cpu(0))).numpy()
+
+
+def test_buckets_serve_the_nearest_tuned_length():
+    b = lb.Buckets("n", (16, 40, 128))
+    assert b.uppers == (27, 83)
+    assert [b.of(n) for n in (2, 16, 27, 28, 83, 84, 500)] == [0, 0, 0, 1, 1, 2, 2]
+    bounds = {"n": (2, 96)}
+    assert lb.Buckets.named([40, 8, 40], bounds, "m").lengths == (8, 40)
+    assert lb.Buckets.named({"n": [8]}, bounds, "m").lengths == (8,)
+    with pytest.raises(ValueError, match=r"outside n's declared range \[2, 96\]"):
+        lb.Buckets.named([8, 97], bounds, "m")
+    with pytest.raises(ValueError, match="non-empty list of ints"):
+        lb.Buckets.named([], bounds, "m")
+    with pytest.raises(ValueError, match="no symbolic dimension 'k'"):
+        lb.Buckets.named({"k": [8]}, bounds, "m")
+    with pytest.raises(UnsupportedModel, match="no symbolic dimension"):
+        lb.Buckets.named([8], {}, "m")
+    with pytest.raises(UnsupportedModel, match="name the one"):
+        lb.Buckets.named([8], {"n": (2, 96), "b": (1, 4)}, "m")
+
+
+def test_at_a_length_every_function_is_static_and_the_model_unchanged(block):
+    model, source, lowered, var, target = block
+    static, origin = lb.at_length(lowered, source.entry, var, 13)
+    prims = {gv.name_hint: f for gv, f in static.functions.items()
+             if isinstance(f, tvm_api.PrimFunc)}  # fmt: skip
+    assert prims and not any(lb.symbolic(f) for f in prims.values())
+    assert set(origin) <= set(prims) and all(lb.symbolic(lowered[g]) for g in origin.values())
+    (x,) = inputs_at(source, var, 13)
+    assert x.shape == (1, 13, 32)
+    np.testing.assert_allclose(_run(_vm(static, target), x), model.reference([x]),
+                               rtol=1e-4, atol=1e-4)  # fmt: skip
+
+
+def _design_trace(func, target):
+    """A MetaSchedule sketch of ``func`` with sampled tiles, post-processed: a trace as the
+    search would log it (JSON)."""
+    import json
+
+    from tvm_ext.kernel_tuner.space import design_space
+
+    ms = tvm_api.ms
+    ctx = ms.TuneContext(mod=tvm_api.as_module(func), target=target, rand_state=3,
+                         space_generator=design_space(target), task_name="t")  # fmt: skip
+    sch = ctx.generate_design_space()[0]
+    assert all(p.apply(sch) for p in ms.postproc.Postproc.create("llvm"))
+    trace = _plain(sch.trace.as_json())
+    assert "SamplePerfectTile" in json.dumps(trace)
+    return trace
+
+
+def _plain(x):
+    if isinstance(x, (str, int, float, bool)) or x is None:
+        return x
+    if hasattr(x, "value") and not hasattr(x, "__len__"):
+        return x.value
+    return [_plain(y) for y in x]
+
+
+def test_a_trace_found_at_one_length_runs_at_every_length(block):
+    """The search's tiles at length 16 keep their inner factors on the symbolic function and
+    the outer one becomes a ceiling: parity at lengths that are no multiple of the tile."""
+    from tvm_ext.records.logs import apply_trace
+
+    _, source, lowered, var, target = block
+    static, origin = lb.at_length(lowered, source.entry, var, 16)
+    name = next(n for n in sorted(static.functions, key=lambda g: g.name_hint)
+                if "matmul" in n.name_hint).name_hint  # fmt: skip
+    trace = _design_trace(static[name], target)
+    symbolic = lowered[origin[name]].with_attr("global_symbol", "main")
+    sch = apply_trace(symbolic, lb.generalized_trace(trace))
+    text = sch.mod.script()
+    assert "T.parallel" in text and "// T.int64(" in text  # tiled: an outer ceiling loop
+    plain = tvm_api.build(tvm_api.as_module(symbolic), target)
+    tuned = tvm_api.build(sch.mod, target)
+    rng = np.random.default_rng(0)
+    for n in (3, 16, 37):
+        args = []
+        for p in symbolic.params:
+            shape = [int(d) if isinstance(d, tvm_api.tirx.IntImm) else n for d in p.shape]
+            args.append(rng.standard_normal(shape).astype(str(p.dtype)))
+        want = [tvm_api.tensor(a, tvm_api.cpu(0)) for a in args]
+        got = [tvm_api.tensor(a, tvm_api.cpu(0)) for a in args]
+        plain(*want)
+        tuned(*got)
+        np.testing.assert_allclose(got[-1].numpy(), want[-1].numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_each_bucket_runs_its_own_functions(block):
+    """A bucket's variant is called at the lengths it serves and at no other: a variant that
+    writes zeros changes the output up to the bucket's upper bound (here 27), and from 28 on
+    the rules' function runs."""
+    model, source, lowered, var, target = block
+    from tvm_ext.schedules.rules.dispatch import apply
+
+    applied = apply(lowered, target)
+    name = next(g.name_hint for g, f in lowered.functions.items()
+                if isinstance(f, tvm_api.PrimFunc) and "matmul" in g.name_hint)  # fmt: skip
+    zeros = _zeros_like(lowered[name])
+    buckets = lb.Buckets(var, (16, 40))
+    mod = lb.dispatching(applied.mod, source.entry, buckets, [{name: zeros}, {}])
+    vm = _vm(fold_prepacks(mod, source.entry), target)
+    for n, wrong in ((5, True), (27, True), (28, False), (90, False)):
+        (x,) = inputs_at(source, var, n)
+        close = np.allclose(_run(vm, x), model.reference([x]), rtol=1e-4, atol=1e-4)
+        assert close != wrong, n
+
+
+def _zeros_like(func):
+    """A PrimFunc of ``func``'s signature whose (last) output is all zeros."""
+    from tvm import te
+
+    *ins, out = func.params
+    placeholders = [te.placeholder(tuple(p.shape), str(p.dtype), str(p.name)) for p in ins]
+    result = te.compute(tuple(out.shape), lambda *i: tvm_api.tirx.const(0, str(out.dtype)))
+    return te.create_prim_func([*placeholders, result])
+
+
+def test_lengths_outside_the_declared_range_are_refused_before_any_work(block, tmp_path):
+    import tvm_ext
+
+    with pytest.raises(ValueError, match=r"lengths \[1000\] outside"):
+        tvm_ext.tune(block[0], trials=8, lengths=[8, 1000], log_dir=str(tmp_path))
+    with pytest.raises(ValueError, match="not a kernel"):
+        tvm_ext.tune(tvm_ext.kernels.matmul(16, 16, 16), lengths=[8])
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.slow
+def test_a_model_tuned_at_lengths_runs_every_length_and_replays(block, tmp_path):
+    """One executable for every length, parity in each bucket (odd lengths included); the
+    replay rebuilds it from the logs with the buckets the tune kept."""
+    import tvm_ext
+
+    model, source, _, var, _ = block
+    r = tvm_ext.tune(model, trials=16, batch=8, lengths=[8, 40], log_dir=str(tmp_path), seed=0,
+                     progress=False)  # fmt: skip
+    assert list(r.lengths["length"]) == [8, 40] and r.trials <= 16
+    assert all(p.latency is not None for p in r.per_length)
+    replayed = tvm_ext.replay(model, log_dir=str(tmp_path))
+    assert list(replayed.tasks["kept"]) == list(r.lengths["kept"])
+    for n in (2, 8, 23, 24, 41, 96):
+        (x,) = inputs_at(source, var, n)
+        for compiled in (r.compiled, replayed.compiled):
+            np.testing.assert_allclose(compiled.run(x), model.reference([x]), rtol=1e-4,
+                                       atol=1e-4)  # fmt: skip
