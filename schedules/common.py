@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 
 from tvm_ext.base import tvm_api
@@ -20,6 +22,29 @@ STACK_TILE_BYTES = 1024
 # A parallel region costs the thread pool a few microseconds to start and join (tens of
 # thousands of cycles): below this much work (iterations x operations) a loop runs serially.
 PARALLEL_MIN_WORK = 1 << 16
+
+# The highest value of each symbolic dimension ({name: value}) of the function being
+# scheduled, when it declares them (its ``tir_var_upper_bound``): a rule then counts a
+# symbolic extent's work at that bound, not as large (see ``dispatch.schedule_func``).
+_ASSUMED_UPPERS: contextvars.ContextVar[dict] = contextvars.ContextVar("uppers", default={})
+
+
+@contextlib.contextmanager
+def assumed_uppers(uppers: dict):
+    """Schedule under ``uppers`` ({symbolic name: highest value}) for the block's extents."""
+    token = _ASSUMED_UPPERS.set(dict(uppers))
+    try:
+        yield
+    finally:
+        _ASSUMED_UPPERS.reset(token)
+
+
+def symbolic_extent_work(extent) -> int:
+    """What a symbolic extent counts for in a block's work: its highest value under the
+    assumed uppers, else ``PARALLEL_MIN_WORK`` (large: a symbolic length runs in parallel)."""
+    uppers = _ASSUMED_UPPERS.get()
+    high = tvm_api.upper_bound(extent, uppers) if uppers else None
+    return PARALLEL_MIN_WORK if high is None else max(high, 1)
 
 
 def vector_registers(target) -> int:

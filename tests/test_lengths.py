@@ -62,6 +62,14 @@ def test_buckets_serve_the_nearest_tuned_length():
         lb.Buckets.named([8], {"n": (2, 96), "b": (1, 4)}, "m")
 
 
+def test_two_dispatches_merge_into_the_union_of_their_ranges():
+    a = ((16, 64), [{"f": 1}, {"f": 2}, {}])
+    b = ((27,), [{"g": 3}, {"f": 9}])
+    uppers, ranges = lb.merged(a, b)
+    assert uppers == (16, 27, 64)
+    assert ranges == [{"f": 1, "g": 3}, {"f": 2, "g": 3}, {"f": 9}, {"f": 9}]
+
+
 def test_at_a_length_every_function_is_static_and_the_model_unchanged(block):
     model, source, lowered, var, target = block
     static, origin = lb.at_length(lowered, source.entry, var, 13)
@@ -141,7 +149,7 @@ def test_each_bucket_runs_its_own_functions(block):
                 if isinstance(f, tvm_api.PrimFunc) and "matmul" in g.name_hint)  # fmt: skip
     zeros = _zeros_like(lowered[name])
     buckets = lb.Buckets(var, (16, 40))
-    mod = lb.dispatching(applied.mod, source.entry, buckets, [{name: zeros}, {}])
+    mod = lb.dispatching(applied.mod, source.entry, var, buckets.uppers, [{name: zeros}, {}])
     vm = _vm(fold_prepacks(mod, source.entry), target)
     for n, wrong in ((5, True), (27, True), (28, False), (90, False)):
         (x,) = inputs_at(source, var, n)
@@ -187,3 +195,26 @@ def test_a_model_tuned_at_lengths_runs_every_length_and_replays(block, tmp_path)
         for compiled in (r.compiled, replayed.compiled):
             np.testing.assert_allclose(compiled.run(x), model.reference([x]), rtol=1e-4,
                                        atol=1e-4)  # fmt: skip
+
+
+def test_short_lengths_run_small_kernels_serially(block):
+    """compile() of a symbolic model: up to each short upper bound, every function is
+    scheduled with its work counted at that bound, so a kernel too small for a parallel
+    region there runs serially (the rules' own schedule, for any length, is parallel)."""
+    from tvm_ext.schedules.rules.dispatch import apply
+
+    import tvm_ext
+
+    model, source, lowered, var, target = block
+    applied = apply(lowered, target)
+    uppers, variants = lb.bounded_rules(applied.mod, lowered, target, var, 96)
+    assert uppers and uppers[0] == lb.SHORT_UPPERS[0] and variants[-1] == {}
+    serial = [
+        name
+        for name, f in variants[0].items()
+        if "T.parallel" not in f.script() and "T.parallel" in applied.mod[name].script()
+    ]
+    assert serial, "no kernel runs serially at short lengths"
+    compiled = tvm_ext.compile(model)
+    names = {g.name_hint for g in compiled.module.functions}
+    assert f"main_{var}_le{uppers[0]}" in names and f"{serial[0]}__le{uppers[0]}" in names

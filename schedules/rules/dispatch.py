@@ -11,6 +11,7 @@ import logging
 from dataclasses import dataclass
 from types import ModuleType
 
+from tvm_ext.schedules.common import assumed_uppers
 from tvm_ext.schedules.rules import (
     contraction,
     fallback,
@@ -90,6 +91,12 @@ def schedule_func(func, target, rules=None) -> tuple["tvm_api.Schedule", str]:
     :func:`rules_for` the target)."""
     target = as_target(target)
     rules = rules_for(target) if rules is None else rules
+    declared = (func.attrs or {}).get("tir_var_upper_bound") or {}
+    with assumed_uppers({str(k): int(v) for k, v in declared.items()}):
+        return _first_taker(func, target, rules)
+
+
+def _first_taker(func, target, rules):
     for rule in rules:
         try:
             sch = rule.schedule_func(func, target)

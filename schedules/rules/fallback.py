@@ -8,7 +8,7 @@ fast for none in particular.
 
 from __future__ import annotations
 
-from tvm_ext.schedules.common import PARALLEL_MIN_WORK
+from tvm_ext.schedules.common import PARALLEL_MIN_WORK, symbolic_extent_work
 
 from tvm_ext.base import tvm_api
 from tvm_ext.hardware.target import lanes_for
@@ -27,10 +27,11 @@ def schedule_func(func, target):
 
 
 def work(block) -> int:
-    """Iterations of a block's loop nest (its domain size; symbolic extents count as large)."""
+    """Iterations of a block's loop nest (its domain size; a symbolic extent counts as large,
+    or at its declared upper bound: ``common.symbolic_extent_work``)."""
     total = 1
     for extent in block.dom():
-        total *= static_int(extent) or PARALLEL_MIN_WORK
+        total *= static_int(extent) or symbolic_extent_work(extent)
     return total
 
 

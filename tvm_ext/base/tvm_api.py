@@ -342,6 +342,18 @@ def simplify(expr):
     return tvm.sym.Analyzer().simplify(expr)
 
 
+def upper_bound(expr, uppers: dict) -> int | None:
+    """The largest value ``expr`` takes when each of its variables named in ``uppers``
+    ({name: highest value}) lies in [1, that value]; None when that leaves it unbounded."""
+    analyzer = tvm.sym.Analyzer()
+    for var in tvm.tirx.analysis.undefined_vars(expr, []):
+        high = uppers.get(str(var.name))
+        if high is not None:
+            analyzer.bind(var, tvm.ir.Range.from_min_extent(1, int(high)))
+    bound = analyzer.const_int_bound(expr)
+    return None if bound.max_value >= bound.POS_INF else int(bound.max_value)
+
+
 def bounded_analyzer(mod):
     """TVM's arithmetic analyzer with every symbolic dimension of ``mod``'s Relax functions
     bound to the range the function declares for it (``tir_var_lower_bound`` /

@@ -27,6 +27,7 @@ from tvm_ext.model_pipeline.boundary import InputSpec, index_checks, input_vars
 from tvm_ext.model_pipeline.compiled import Compiled, Reference, Timing
 from tvm_ext.model_pipeline.index_guard import safe_indexing
 from tvm_ext.model_pipeline.layout import channels_last, folded_batch_norm, whole_vector_weights
+from tvm_ext.model_pipeline.length_buckets import bounded_rules, dispatching
 from tvm_ext.model_pipeline.relax_fixes import activations_as_fast_math, fixed
 from tvm_ext.schedules.rules.dispatch import apply
 from tvm_ext.workloads.model_base import Model
@@ -68,8 +69,23 @@ def compile(
     target, source = cpu_target(target), ModelSource.of(model, params, reference, inputs)
     lowered = bind_and_lower(source, target)
     applied = apply(lowered, target) if rules is None else apply(lowered, target, rules=rules)
-    return build_compiled(source, "ours", target, fold_prepacks(applied.mod, source.entry), (),
+    mod = applied.mod
+    if rules is None:
+        mod = short_lengths(mod, lowered, source, target)
+    return build_compiled(source, "ours", target, fold_prepacks(mod, source.entry), (),
                           applied, start)  # fmt: skip
+
+
+def short_lengths(mod, lowered, source: "ModelSource", target):
+    """A model of one symbolic length: ``mod`` (its rules' schedules) dispatching short
+    lengths to the rules' schedules for them (:func:`length_buckets.bounded_rules`: kernels
+    too small for a parallel region at those lengths run serially); else ``mod``."""
+    bounds = tvm_api.symbolic_bounds(source.mod[source.entry])
+    if len(bounds) != 1:
+        return mod
+    ((var, (_, high)),) = bounds.items()
+    uppers, variants = bounded_rules(mod, lowered, target, var, high)
+    return dispatching(mod, source.entry, var, uppers, variants)
 
 
 def compile_untuned(

@@ -36,7 +36,14 @@ from tvm_ext.model_pipeline.compile import (
     cpu_target,
     fold_prepacks,
 )
-from tvm_ext.model_pipeline.length_buckets import Buckets, at_length, dispatching, generalized_trace
+from tvm_ext.model_pipeline.length_buckets import (
+    Buckets,
+    at_length,
+    bounded_rules,
+    dispatching,
+    generalized_trace,
+    merged,
+)
 from tvm_ext.model_pipeline.model_replay import ModelReplayResult
 from tvm_ext.model_pipeline.model_tuner import ModelTuneResult, PreparedModel, tune_prepared
 from tvm_ext.model_pipeline.task_scheduler import RETIRE_FACTOR
@@ -243,13 +250,20 @@ def _variants(lowered, static, origin: dict, sources: dict, target, logs) -> dic
 def _build_and_choose(source, lowered, buckets, variants, target, repeat, choose=True):
     """Build the rules' symbolic executable and the dispatching one, parity-checked at every
     length; with ``choose``, a bucket whose schedules run its length slower than the rules'
-    (median of three interleaved rounds) drops them. Returns (compiled, one row a length)."""
+    (median of three interleaved rounds) drops them; the rules' executable is compile()'s
+    (its short ranges included). Returns (compiled, one row a length)."""
     start = time.perf_counter()
     applied = apply(lowered, target)
     at = {b: inputs_at(source, buckets.var, b) for b in buckets.lengths}
+    # compile()'s own short ranges, under the tuned buckets' schedules.
+    ((_, high),) = tvm_api.symbolic_bounds(source.mod[source.entry]).values()
+    short = bounded_rules(applied.mod, lowered, target, buckets.var, high)
 
     def build(chosen):
-        mod = fold_prepacks(dispatching(applied.mod, source.entry, buckets, chosen), source.entry)
+        uppers, ranges = merged(short, (buckets.uppers, chosen))
+        mod = fold_prepacks(
+            dispatching(applied.mod, source.entry, buckets.var, uppers, ranges), source.entry
+        )
         compiled = build_compiled(source, "tuned", target, mod, (), applied, start)
         for b in buckets.lengths:
             _check(compiled, source, at[b], f"{source.name} at {buckets.var}={b}")
