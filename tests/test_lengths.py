@@ -10,24 +10,19 @@ import pytest
 from tvm_ext.base import tvm_api
 from tvm_ext.base.errors import UnsupportedModel
 from tvm_ext.model_pipeline import length_buckets as lb
+from tvm_ext.model_pipeline import length_dispatch as ld
 from tvm_ext.model_pipeline.compile import ModelSource, bind_and_lower, cpu_target, fold_prepacks
 from tvm_ext.model_pipeline.length_tuner import inputs_at
 
 torch = pytest.importorskip("torch", reason="the torch models need the [torch] extra")
 
+from test_symbolic import symbolic_block  # noqa: E402,F401  (the fixture, shared)
+
 
 @pytest.fixture(scope="module")
-def block():
-    """A symbolic transformer block (test_symbolic's), lowered as compile lowers it."""
-    from test_symbolic import _Block
-
-    import tvm_ext
-
-    torch.manual_seed(0)
-    seq = torch.export.Dim("seq", min=2, max=96)
-    model = tvm_ext.from_torch(
-        _Block(), [torch.randn(1, 11, 32)], dynamic_shapes={"x": {1: seq}}, name="block"
-    )
+def block(symbolic_block):  # noqa: F811  (the imported fixture)
+    """test_symbolic's symbolic transformer block, lowered as compile lowers it."""
+    model, _ = symbolic_block
     target = cpu_target(None)
     source = ModelSource.of(model, None, None, None)
     ((var, _),) = tvm_api.symbolic_bounds(source.mod[source.entry]).items()
@@ -65,7 +60,7 @@ def test_buckets_serve_the_nearest_tuned_length():
 def test_two_dispatches_merge_into_the_union_of_their_ranges():
     a = ((16, 64), [{"f": 1}, {"f": 2}, {}])
     b = ((27,), [{"g": 3}, {"f": 9}])
-    uppers, ranges = lb.merged(a, b)
+    uppers, ranges = ld.merged(a, b)
     assert uppers == (16, 27, 64)
     assert ranges == [{"f": 1, "g": 3}, {"f": 2, "g": 3}, {"f": 9}, {"f": 9}]
 
@@ -149,7 +144,7 @@ def test_each_bucket_runs_its_own_functions(block):
                 if isinstance(f, tvm_api.PrimFunc) and "matmul" in g.name_hint)  # fmt: skip
     zeros = _zeros_like(lowered[name])
     buckets = lb.Buckets(var, (16, 40))
-    mod = lb.dispatching(applied.mod, source.entry, var, buckets.uppers, [{name: zeros}, {}])
+    mod = ld.dispatching(applied.mod, source.entry, var, buckets.uppers, [{name: zeros}, {}])
     vm = _vm(fold_prepacks(mod, source.entry), target)
     for n, wrong in ((5, True), (27, True), (28, False), (90, False)):
         (x,) = inputs_at(source, var, n)
@@ -207,8 +202,8 @@ def test_short_lengths_run_small_kernels_serially(block):
 
     model, source, lowered, var, target = block
     applied = apply(lowered, target)
-    uppers, variants = lb.bounded_rules(applied.mod, lowered, target, var, 96)
-    assert uppers and uppers[0] == lb.SHORT_UPPERS[0] and variants[-1] == {}
+    uppers, variants = ld.bounded_rules(applied.mod, lowered, target, var, 96)
+    assert uppers and uppers[0] == ld.SHORT_UPPERS[0] and variants[-1] == {}
     serial = [
         name
         for name, f in variants[0].items()

@@ -27,7 +27,7 @@ from tvm_ext.model_pipeline.boundary import InputSpec, index_checks, input_vars
 from tvm_ext.model_pipeline.compiled import Compiled, Reference, Timing
 from tvm_ext.model_pipeline.index_guard import safe_indexing
 from tvm_ext.model_pipeline.layout import channels_last, folded_batch_norm, whole_vector_weights
-from tvm_ext.model_pipeline.length_buckets import bounded_rules, dispatching
+from tvm_ext.model_pipeline.length_dispatch import bounded_rules, dispatching
 from tvm_ext.model_pipeline.relax_fixes import activations_as_fast_math, fixed
 from tvm_ext.schedules.rules.dispatch import apply
 from tvm_ext.workloads.model_base import Model
@@ -78,8 +78,9 @@ def compile(
 
 def short_lengths(mod, lowered, source: "ModelSource", target):
     """A model of one symbolic length: ``mod`` (its rules' schedules) dispatching short
-    lengths to the rules' schedules for them (:func:`length_buckets.bounded_rules`: kernels
-    too small for a parallel region at those lengths run serially); else ``mod``."""
+    lengths to the rules' schedules for them (kernels too small for a parallel region at
+    those lengths run serially: :func:`~tvm_ext.model_pipeline.length_dispatch.bounded_rules`);
+    else ``mod``."""
     bounds = tvm_api.symbolic_bounds(source.mod[source.entry])
     if len(bounds) != 1:
         return mod

@@ -13,18 +13,17 @@ to the symbolic function (:func:`generalized_trace`: each sampled tile keeps its
 factors and its outer one becomes a ceiling, so the tail of a symbolic axis is a predicate);
 the others keep their rule's symbolic schedule. The entry function becomes a dispatch on the
 dimension (``R.If`` on ``n <= upper``), one copy of the graph per bucket that differs from
-the rules', each calling its own functions (:func:`dispatching`).
+the rules', each calling its own functions
+(:func:`~tvm_ext.model_pipeline.length_dispatch.dispatching`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 
 from tvm_ext.base import tvm_api
-from tvm_ext.base.errors import ScheduleNotApplicable, UnsupportedModel
+from tvm_ext.base.errors import UnsupportedModel
 from tvm_ext.records.logs import structural_hash
-from tvm_ext.schedules.rules.dispatch import schedule_func
 
 
 @dataclasses.dataclass(frozen=True)
@@ -240,127 +239,3 @@ def _constant(x, constant):
     if isinstance(x, list):
         return [_constant(y, constant) for y in x]
     return x
-
-
-def trace_json_of(trace_text) -> list:
-    return json.loads(trace_text) if isinstance(trace_text, str) else trace_text
-
-
-def dispatching(mod, entry: str, var: str, uppers, variants: list[dict]):
-    """``mod`` (the symbolic model, scheduled by the rules) with ``entry`` dispatching on the
-    symbolic dimension ``var``: range ``k`` (lengths up to ``uppers[k]``; the last range, one
-    more than ``uppers``, every longer length) runs ``variants[k]`` ({PrimFunc name: its
-    schedule for the range}) in a copy of the entry of its own, which ``entry`` calls under
-    ``R.If`` on the dimension; a range without variants runs the rules' entry. ``mod``
-    itself when no range has one."""
-    if not any(variants):
-        return mod
-    if len(variants) != len(uppers) + 1:
-        raise ValueError(f"{len(variants)} variant sets for {len(uppers) + 1} ranges")
-    relax = tvm_api.relax
-    call_tir = tvm_api.ir.Op.get("relax.call_tir")
-    main = mod[entry]
-    builder = relax.BlockBuilder(mod)
-    callees = []
-    for k, chosen in enumerate(variants):
-        if not chosen:
-            callees.append(None)
-            continue
-        tag = f"le{uppers[k]}" if k < len(uppers) else "rest"
-        renamed = {name: builder.add_func(f.with_attr("global_symbol", f"{name}__{tag}"),
-                                          f"{name}__{tag}")
-                   for name, f in chosen.items()}  # fmt: skip
-
-        def rewrite(call, renamed=renamed):
-            if not call.op.same_as(call_tir) or call.args[0].name_hint not in renamed:
-                return None
-            return relax.Call(call_tir, [renamed[call.args[0].name_hint], *call.args[1:]],
-                              call.attrs, call.ty_args)  # fmt: skip
-
-        one = tvm_api.rewrite_calls(tvm_api.IRModule({entry: main}), rewrite)[entry]
-        copy = relax.utils.copy_with_new_vars(one).without_attr("global_symbol")
-        callees.append(builder.add_func(copy, f"{entry}_{var}_{tag}"))
-    out = builder.get()
-    out = tvm_api.IRModule({gv: f for gv, f in out.functions.items() if gv.name_hint != entry},
-                           attrs=out.attrs)  # fmt: skip
-    renamed_rules = relax.utils.copy_with_new_vars(main).without_attr("global_symbol")
-    builder = relax.BlockBuilder(out)
-    rules_gv = builder.add_func(renamed_rules, f"{entry}_rules")
-    params = [relax.Var(str(p.name), p.ty) for p in main.params]
-    n = _dimension(main, var)
-    with builder.function(entry, params, attrs=dict(main.attrs or {})):
-        branch = relax.Call(callees[-1] or rules_gv, params)
-        for upper, callee in reversed(list(zip(uppers, callees[:-1]))):
-            branch = relax.If(relax.prim_value(n <= upper),
-                              relax.Call(callee or rules_gv, params), branch)  # fmt: skip
-        builder.emit_func_output(builder.emit(branch))
-    return builder.get()
-
-
-def _dimension(func, var: str):
-    """The TIR variable of the symbolic dimension ``var`` in a Relax function's parameters."""
-    for p in func.params:
-        for d in getattr(getattr(p.ty, "shape", None), "values", None) or ():
-            if isinstance(d, tvm_api.tirx.Var) and str(d.name) == var:
-                return d
-    raise UnsupportedModel(f"no parameter of {func} has the dimension {var!r} on its own")
-
-
-# The short ranges a symbolic model's rules are scheduled for as well: up to each length, a
-# function's work is counted at it, so a kernel too small for a parallel region at such
-# lengths runs serially there (a fork and join costs ~2-3 us on the 2-core hosts: BERT's
-# 16-token softmax, layer norms and reshapes ran 3x slower parallel than serial).
-SHORT_UPPERS = (16, 64)
-
-
-def bounded_rules(applied_mod, lowered, target, var: str, high: int | None):
-    """(uppers, variants) for :func:`dispatching`: each symbolic PrimFunc of ``lowered``
-    scheduled by its rule with ``var`` declared at most each of :data:`SHORT_UPPERS` (below
-    the model's ``high``), where that schedule differs from the one ``applied_mod`` holds (the
-    rule's for any length); consecutive ranges that schedule alike are one range."""
-    candidates = [u for u in SHORT_UPPERS if high is None or u < high]
-    ranges: list[tuple[int, dict]] = []
-    for upper in candidates:
-        chosen = {}
-        for gv, func in lowered.functions.items():
-            if not isinstance(func, tvm_api.PrimFunc) or not symbolic(func):
-                continue
-            name = gv.name_hint
-            bounded = func.with_attr("tir_var_upper_bound", {var: upper})
-            try:
-                sch, _ = schedule_func(bounded, target)
-            except ScheduleNotApplicable:  # no rule takes it: it stays as the rules left it
-                continue
-            made = tvm_api.main_func(sch.mod).without_attr("tir_var_upper_bound")
-            if not tvm_api.same_structure(_named(made), _named(applied_mod[name])):
-                chosen[name] = made
-        if ranges and _alike(ranges[-1][1], chosen):
-            ranges[-1] = (upper, chosen)  # the wider range's schedules serve both
-        else:
-            ranges.append((upper, chosen))
-    while ranges and not ranges[-1][1]:  # what the rules' schedules do anyway
-        ranges.pop()
-    return tuple(u for u, _ in ranges), [c for _, c in ranges] + [{}]
-
-
-def merged(first, second):
-    """Two dispatches on one dimension, ``(uppers, variants)`` each, as one: the union of
-    their bounds, each range running ``second``'s variants over ``first``'s."""
-    (ua, va), (ub, vb) = first, second
-    uppers = tuple(sorted(set(ua) | set(ub)))
-
-    def index(us, n):
-        return next((i for i, u in enumerate(us) if n is not None and n <= u), len(us))
-
-    ends = [*uppers, None]  # a range is known by its highest length (None: no bound)
-    return uppers, [{**va[index(ua, n)], **vb[index(ub, n)]} for n in ends]
-
-
-def _named(func):
-    return func.with_attr("global_symbol", "main")
-
-
-def _alike(a: dict, b: dict) -> bool:
-    return a.keys() == b.keys() and all(
-        tvm_api.same_structure(_named(a[k]), _named(b[k])) for k in a
-    )

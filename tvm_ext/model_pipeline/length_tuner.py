@@ -3,7 +3,7 @@
 Each length is tuned as a static model (:func:`~tvm_ext.model_pipeline.length_buckets.at_length`,
 then the model tuner's own loop, the budget shared); the result is one symbolic executable
 whose entry dispatches each call to the schedules tuned for the nearest length
-(:func:`~tvm_ext.model_pipeline.length_buckets.dispatching`). A bucket keeps its tuned
+(:func:`~tvm_ext.model_pipeline.length_dispatch.dispatching`). A bucket keeps its tuned
 schedules only where the built executable runs its length no slower than the rules' own
 symbolic build, side by side; every build is checked for parity at every tuned length.
 The lengths, the per-length model keys and which buckets kept their schedules are written
@@ -36,14 +36,8 @@ from tvm_ext.model_pipeline.compile import (
     cpu_target,
     fold_prepacks,
 )
-from tvm_ext.model_pipeline.length_buckets import (
-    Buckets,
-    at_length,
-    bounded_rules,
-    dispatching,
-    generalized_trace,
-    merged,
-)
+from tvm_ext.model_pipeline.length_buckets import Buckets, at_length, generalized_trace
+from tvm_ext.model_pipeline.length_dispatch import bounded_rules, dispatching, merged
 from tvm_ext.model_pipeline.model_replay import ModelReplayResult
 from tvm_ext.model_pipeline.model_tuner import ModelTuneResult, PreparedModel, tune_prepared
 from tvm_ext.model_pipeline.task_scheduler import RETIRE_FACTOR
