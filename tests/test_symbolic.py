@@ -132,6 +132,30 @@ def test_a_padded_row_tile_never_writes_past_its_output(host):
         assert (out[m:] == 7.0).all(), f"n={m}: wrote past the output"
 
 
+def test_a_softmax_over_symbolic_rows_and_columns_is_a_rows_schedule(host):
+    """12 heads x n rows x n columns (attention scores at any length): the rows rule takes it,
+    each row's stages computed in the row, the heads in parallel (fused with the rows, the
+    bindings divided by ``n`` and ``parallel`` refused: it fell to the staged rule, 9x the
+    time at a static 384); parity at fewer columns than lanes, one vector, and more."""
+    from tvm import topi
+
+    n = tvm.tirx.Var("n", "int64")
+    x = te.placeholder((12, n, n), "float32", "x")
+    func = te.create_prim_func([x, topi.nn.fast_softmax(x, axis=-1)])
+    func = func.with_attr("global_symbol", "main")
+    sch, took = S.rules.schedule_func(func, host)
+    assert took == "rows"
+    text = sch.mod.script()
+    assert "T.parallel(12)" in text
+    rng = np.random.default_rng(0)
+    for length in (5, 16, 37):
+        args = [rng.standard_normal((12, length, length)).astype(np.float32),
+                np.zeros((12, length, length), np.float32)]  # fmt: skip
+        want = _run(tvm_api.IRModule({"main": func}), [a.copy() for a in args], host)
+        got = _run(sch.mod, [a.copy() for a in args], host)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
 def test_bind_symbolic_checks_agreement_and_range():
     dims = [(1, "seq", 8), ("seq",)]
     assert bind_symbolic("m", ["x", "mask"], dims, [(1, 5, 8), (5,)], {"seq": (2, 9)}) == {"seq": 5}

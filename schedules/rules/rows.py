@@ -49,12 +49,11 @@ def schedule_func(func, target):
             partials += [partial] if partial is not None else []
         ordered.append(block.block_rv)
     out = blocks[-1].block_rv
-    loops = sch.get_loops(out)
-    row = sch.fuse(*loops[:rows]) if rows > 1 else loops[0]
+    row, outer = _row_loops(sch, sch.get_loops(out)[:rows])
     for block in reversed(ordered):
         sch.compute_at(block, row, preserve_unit_loops=True)
     if work(blocks[-1]) >= PARALLEL_MIN_WORK:
-        sch.parallel(row)
+        sch.parallel(outer)
     for partial in partials:
         k1, k0 = lane_and_chunk(sch, partial)
         sch.reorder(k0, k1)
@@ -62,6 +61,23 @@ def schedule_func(func, target):
     for block in [b.block_rv for b in stages if b.is_injective()] + [out]:
         _vectorize_inner(sch, block, lanes)
     return sch
+
+
+def _row_loops(sch, loops):
+    """(the loop a row's stages are computed at, the loop run in parallel) of the output's
+    row loops: one fused loop, unless a symbolic extent is not the outermost (12 heads x
+    ``n`` rows: fused, their bindings divide by ``n``, which is not quasi-affine, and
+    ``parallel`` refuses the loop; a 12 x n x n softmax then fell to the staged rule and ran
+    9x its time at a static ``n``): then the innermost row loop, in the fused static loops
+    before the first symbolic one (or the outermost) run in parallel."""
+    if len(loops) == 1:
+        return loops[0], loops[0]
+    if all(loop_extent(sch, loop) is not None for loop in loops[1:]):
+        row = sch.fuse(*loops)
+        return row, row
+    first = next(i for i, loop in enumerate(loops) if loop_extent(sch, loop) is None)
+    outer = sch.fuse(*loops[:first]) if first > 1 else loops[0]
+    return loops[-1], outer
 
 
 def _odd_reduction(block, lanes: int) -> bool:
