@@ -95,7 +95,8 @@ The note is computed from the roofline policy's binding arm and how close the ru
     gap = r["measured s"] / r["bound s"]
     what = {"compute": "the vector FMA (or dot-product) roof at the lanes and cores it uses",
             "dependency": "the FMA latency of its serial reduction chains",
-            "memory.llc": "last-level-cache bandwidth", "memory.dram": "DRAM bandwidth"}[r["bound"]]
+            "issue": "the instructions its loop body issues per cycle",
+            "memory.llc": "last-level-cache bandwidth", "memory.dram": "DRAM bandwidth"}.get(r["bound"], r["bound"])
     return f"bound by {what}; {gap:.1f}x above that bound."
 for _, r in table.iterrows():
     print(f"{r['schedule']:26s} {note(r)}")'''),
