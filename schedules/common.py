@@ -23,28 +23,36 @@ STACK_TILE_BYTES = 1024
 # thousands of cycles): below this much work (iterations x operations) a loop runs serially.
 PARALLEL_MIN_WORK = 1 << 16
 
-# The highest value of each symbolic dimension ({name: value}) of the function being
-# scheduled, when it declares them (its ``tir_var_upper_bound``): a rule then counts a
-# symbolic extent's work at that bound, not as large (see ``dispatch.schedule_func``).
-_ASSUMED_UPPERS: contextvars.ContextVar[dict] = contextvars.ContextVar("uppers", default={})
+# The bounds of each symbolic dimension ({name: value}, highest and least) of the function
+# being scheduled, when it declares them (its ``tir_var_upper_bound`` / ``tir_var_lower_bound``):
+# a rule then counts a symbolic extent's work at its highest value, not as large, and may
+# rely on its least (see ``dispatch.schedule_func``).
+_ASSUMED: contextvars.ContextVar[tuple] = contextvars.ContextVar("bounds", default=({}, {}))
 
 
 @contextlib.contextmanager
-def assumed_uppers(uppers: dict):
-    """Schedule under ``uppers`` ({symbolic name: highest value}) for the block's extents."""
-    token = _ASSUMED_UPPERS.set(dict(uppers))
+def assumed_bounds(uppers: dict, lowers: dict):
+    """Schedule under ``uppers`` and ``lowers`` ({symbolic name: value}) for block extents."""
+    token = _ASSUMED.set((dict(uppers), dict(lowers)))
     try:
         yield
     finally:
-        _ASSUMED_UPPERS.reset(token)
+        _ASSUMED.reset(token)
 
 
 def symbolic_extent_work(extent) -> int:
     """What a symbolic extent counts for in a block's work: its highest value under the
-    assumed uppers, else ``PARALLEL_MIN_WORK`` (large: a symbolic length runs in parallel)."""
-    uppers = _ASSUMED_UPPERS.get()
+    assumed bounds, else ``PARALLEL_MIN_WORK`` (large: a symbolic length runs in parallel)."""
+    uppers = _ASSUMED.get()[0]
     high = tvm_api.upper_bound(extent, uppers) if uppers else None
     return PARALLEL_MIN_WORK if high is None else max(high, 1)
+
+
+def symbolic_extent_least(extent) -> int:
+    """The least value a symbolic extent takes under the assumed bounds (1 when unknown)."""
+    lowers = _ASSUMED.get()[1]
+    low = tvm_api.lower_bound(extent, lowers) if lowers else None
+    return 1 if low is None else max(low, 1)
 
 
 def vector_registers(target) -> int:

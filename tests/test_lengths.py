@@ -202,8 +202,8 @@ def test_short_lengths_run_small_kernels_serially(block):
 
     model, source, lowered, var, target = block
     applied = apply(lowered, target)
-    uppers, variants = ld.bounded_rules(applied.mod, lowered, target, var, 96)
-    assert uppers and uppers[0] == ld.SHORT_UPPERS[0] and variants[-1] == {}
+    uppers, variants = ld.bounded_rules(applied.mod, lowered, target, var, 2, 96)
+    assert uppers and uppers[0] == ld.SHORT_UPPERS[0] and len(variants) == len(uppers) + 1
     serial = [
         name
         for name, f in variants[0].items()

@@ -156,6 +156,31 @@ def test_a_softmax_over_symbolic_rows_and_columns_is_a_rows_schedule(host):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
+def test_a_symbolic_softmax_known_to_fill_its_lanes_reduces_in_lanes(host):
+    """Declared at least 65 columns (a range past the short ones), the max and the sum run
+    as the target's lanes of independent partials (under a tail predicate, rows merged level
+    by level), not one chain of ``n`` dependent steps; without the bound they stay chains
+    (a lane no column reaches would never be initialized)."""
+    from tvm import topi
+
+    n = tvm.tirx.Var("n", "int64")
+    x = te.placeholder((12, n, n), "float32", "x")
+    func = te.create_prim_func([x, topi.nn.fast_softmax(x, axis=-1)])
+    func = func.with_attr("global_symbol", "main")
+    plain, _ = S.rules.schedule_func(func, host)
+    assert "_rf" not in plain.mod.script()
+    bounded = func.with_attr("tir_var_lower_bound", {"n": 65})
+    sch, took = S.rules.schedule_func(bounded, host)
+    assert took == "rows" and sch.mod.script().count("_rf") >= 2
+    rng = np.random.default_rng(1)
+    for length in (65, 77, 130):
+        args = [rng.standard_normal((12, length, length)).astype(np.float32),
+                np.zeros((12, length, length), np.float32)]  # fmt: skip
+        want = _run(tvm_api.IRModule({"main": func}), [a.copy() for a in args], host)
+        got = _run(sch.mod, [a.copy() for a in args], host)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
 def test_bind_symbolic_checks_agreement_and_range():
     dims = [(1, "seq", 8), ("seq",)]
     assert bind_symbolic("m", ["x", "mask"], dims, [(1, 5, 8), (5,)], {"seq": (2, 9)}) == {"seq": 5}

@@ -11,7 +11,7 @@ import logging
 from dataclasses import dataclass
 from types import ModuleType
 
-from tvm_ext.schedules.common import assumed_uppers
+from tvm_ext.schedules.common import assumed_bounds
 from tvm_ext.schedules.rules import (
     contraction,
     fallback,
@@ -91,8 +91,12 @@ def schedule_func(func, target, rules=None) -> tuple["tvm_api.Schedule", str]:
     :func:`rules_for` the target)."""
     target = as_target(target)
     rules = rules_for(target) if rules is None else rules
-    declared = (func.attrs or {}).get("tir_var_upper_bound") or {}
-    with assumed_uppers({str(k): int(v) for k, v in declared.items()}):
+    attrs = func.attrs or {}
+    highs, lows = (
+        {str(k): int(v) for k, v in (attrs.get(f"tir_var_{side}_bound") or {}).items()}
+        for side in ("upper", "lower")
+    )
+    with assumed_bounds(highs, lows):
         return _first_taker(func, target, rules)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from tvm_ext.schedules.common import PARALLEL_MIN_WORK, lanes_for
+from tvm_ext.schedules.common import PARALLEL_MIN_WORK, lanes_for, symbolic_extent_least
 from tvm_ext.schedules.rules.fallback import loop_extent, static_int, work
 
 from tvm_ext.base import tvm_api
@@ -84,18 +84,25 @@ def _odd_reduction(block, lanes: int) -> bool:
     """Whether ``block`` is a reduction of more than ``lanes`` of an odd extent (197 columns,
     49: no vector divides it, its steps one chain). An even one keeps partials of the power
     of two dividing it: a 12 x 66 x 66 softmax ran in 93 us with 2-lane partials, 107 us
-    with 16 predicated ones (12 x 98 x 98 and 100: equal)."""
+    with 16 predicated ones (12 x 98 x 98 and 100: equal). A symbolic extent is taken so
+    where its declared least value fills the lanes: a lane no step reaches is never
+    initialized (the partial's init is inside the tail predicate; 5 columns read NaNs), and
+    ``decompose_reduction`` refuses after ``merge``."""
     if block.is_injective():
         return False
     extent = static_int(block.dom()[-1])
-    return extent is not None and extent > lanes and extent % 2 == 1
+    if extent is None:  # symbolic: as odd, where it is known to fill every lane (see _merged)
+        return symbolic_extent_least(block.dom()[-1]) >= lanes
+    return extent > lanes and extent % 2 == 1
 
 
 def _one_row_loop(stages, out, rows: int) -> bool:
-    """Whether every stage's leading ``rows`` extents are the output's, all static: their
-    row loops can then be fused and merged into one (see _merged)."""
-    want = [static_int(d) for d in out.dom()[:rows]]
-    return None not in want and all([static_int(d) for d in b.dom()[:rows]] == want for b in stages)
+    """Whether every stage's leading ``rows`` extents are the output's (the same expressions):
+    their row loops can then be merged into one (see _merged)."""
+    want = out.dom()[:rows]
+    return all(
+        all(tvm_api.same_structure(a, b) for a, b in zip(s.dom()[:rows], want)) for s in stages
+    )
 
 
 def _merged(sch, stages, out, rows: int, lanes: int):
@@ -116,11 +123,16 @@ def _merged(sch, stages, out, rows: int, lanes: int):
                 partials.append(partial)
         nests.append(block.block_rv)
     nests.append(out.block_rv)
-    tops = []
-    for block in nests:
-        loops = sch.get_loops(block)[:rows]
-        tops.append(sch.fuse(*loops) if rows > 1 else loops[0])
-    row = sch.merge(*tops)
+    if all(loop_extent(sch, loop) is not None for loop in sch.get_loops(out.block_rv)[1:rows]):
+        tops = []
+        for block in nests:
+            loops = sch.get_loops(block)[:rows]
+            tops.append(sch.fuse(*loops) if rows > 1 else loops[0])
+        row = sch.merge(*tops)
+    else:  # a symbolic inner row extent (heads x n rows) cannot be fused: merged level by level
+        row = sch.merge(*[sch.get_loops(block)[0] for block in nests])
+        for level in range(1, rows):
+            sch.merge(*[sch.get_loops(block)[level] for block in nests])
     if work(out) >= PARALLEL_MIN_WORK:
         sch.parallel(row)
     for partial in partials:

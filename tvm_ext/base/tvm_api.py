@@ -354,6 +354,18 @@ def upper_bound(expr, uppers: dict) -> int | None:
     return None if bound.max_value >= bound.POS_INF else int(bound.max_value)
 
 
+def lower_bound(expr, lowers: dict) -> int | None:
+    """The least value ``expr`` takes when each of its variables named in ``lowers``
+    ({name: least value}) is at least that value (and any other at least 1); None when
+    nothing bounds it below."""
+    analyzer = tvm.sym.Analyzer()
+    for var in tvm.tirx.analysis.undefined_vars(expr, []):
+        low = max(int(lowers.get(str(var.name), 1)), 1)
+        analyzer.bind(var, tvm.ir.Range.from_min_extent(low, 1 << 40))
+    bound = analyzer.const_int_bound(expr)
+    return None if bound.min_value <= bound.NEG_INF else int(bound.min_value)
+
+
 def bounded_analyzer(mod):
     """TVM's arithmetic analyzer with every symbolic dimension of ``mod``'s Relax functions
     bound to the range the function declares for it (``tir_var_lower_bound`` /

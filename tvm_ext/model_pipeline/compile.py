@@ -84,8 +84,8 @@ def short_lengths(mod, lowered, source: "ModelSource", target):
     bounds = tvm_api.symbolic_bounds(source.mod[source.entry])
     if len(bounds) != 1:
         return mod
-    ((var, (_, high)),) = bounds.items()
-    uppers, variants = bounded_rules(mod, lowered, target, var, high)
+    ((var, (low, high)),) = bounds.items()
+    uppers, variants = bounded_rules(mod, lowered, target, var, low, high)
     return dispatching(mod, source.entry, var, uppers, variants)
 
 

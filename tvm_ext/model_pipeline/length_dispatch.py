@@ -80,34 +80,53 @@ def _dimension(func, var: str):
 SHORT_UPPERS = (16, 64)
 
 
-def bounded_rules(applied_mod, lowered, target, var: str, high: int | None):
+def bounded_rules(applied_mod, lowered, target, var: str, low: int | None, high: int | None):
     """(uppers, variants) for :func:`dispatching`: each symbolic PrimFunc of ``lowered``
-    scheduled by its rule with ``var`` declared at most each of :data:`SHORT_UPPERS` (below
-    the model's ``high``), where that schedule differs from the one ``applied_mod`` holds (the
-    rule's for any length); consecutive ranges that schedule alike are one range."""
-    candidates = [u for u in SHORT_UPPERS if high is None or u < high]
-    ranges: list[tuple[int, dict]] = []
-    for upper in candidates:
-        chosen = {}
-        for gv, func in lowered.functions.items():
-            if not isinstance(func, tvm_api.PrimFunc) or not symbolic(func):
-                continue
-            name = gv.name_hint
-            bounded = func.with_attr("tir_var_upper_bound", {var: upper})
-            try:
-                sch, _ = schedule_func(bounded, target)
-            except ScheduleNotApplicable:  # no rule takes it: it stays as the rules left it
-                continue
-            made = tvm_api.main_func(sch.mod).without_attr("tir_var_upper_bound")
-            if not tvm_api.same_structure(_named(made), _named(applied_mod[name])):
-                chosen[name] = made
-        if ranges and _alike(ranges[-1][1], chosen):
-            ranges[-1] = (upper, chosen)  # the wider range's schedules serve both
+    scheduled by its rule for each range of ``var`` that :data:`SHORT_UPPERS` cut the
+    declared ``[low, high]`` into (its ``tir_var_lower_bound`` and ``tir_var_upper_bound``:
+    the rules count work at a range's highest length and may rely on its least, e.g. a
+    symbolic softmax's lanes of partials past 64 tokens), where that schedule differs from the
+    one ``applied_mod`` holds (the rule's for any length); consecutive short ranges that
+    schedule alike are one range."""
+    cuts = [u for u in SHORT_UPPERS if (high is None or u < high) and (low is None or u >= low)]
+    lows = [low, *(u + 1 for u in cuts)]
+    ranges = [(lo, hi, _range_variants(applied_mod, lowered, target, var, lo, hi))
+              for lo, hi in zip(lows, [*cuts, None])]  # fmt: skip
+    *short, rest = ranges
+    kept: list[tuple[int, dict]] = []
+    for _, upper, chosen in short:
+        if kept and _alike(kept[-1][1], chosen):
+            kept[-1] = (upper, chosen)  # the wider range's schedules serve both
         else:
-            ranges.append((upper, chosen))
-    while ranges and not ranges[-1][1]:  # what the rules' schedules do anyway
-        ranges.pop()
-    return tuple(u for u, _ in ranges), [c for _, c in ranges] + [{}]
+            kept.append((upper, chosen))
+    while kept and not kept[-1][1] and not rest[2]:  # what the rules' schedules do anyway
+        kept.pop()
+    return tuple(u for u, _ in kept), [c for _, c in kept] + [rest[2]]
+
+
+def _range_variants(applied_mod, lowered, target, var: str, low, high) -> dict:
+    declared = {}
+    if high is not None:
+        declared["tir_var_upper_bound"] = {var: high}
+    if low is not None and low > 1:
+        declared["tir_var_lower_bound"] = {var: low}
+    if not declared:
+        return {}
+    chosen = {}
+    for gv, func in lowered.functions.items():
+        if not isinstance(func, tvm_api.PrimFunc) or not symbolic(func):
+            continue
+        name = gv.name_hint
+        try:
+            sch, _ = schedule_func(func.with_attrs(declared), target)
+        except ScheduleNotApplicable:  # no rule takes it: it stays as the rules left it
+            continue
+        made = tvm_api.main_func(sch.mod)
+        for key in declared:
+            made = made.without_attr(key)
+        if not tvm_api.same_structure(_named(made), _named(applied_mod[name])):
+            chosen[name] = made
+    return chosen
 
 
 def merged(first, second):

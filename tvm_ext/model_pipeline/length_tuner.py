@@ -250,8 +250,8 @@ def _build_and_choose(source, lowered, buckets, variants, target, repeat, choose
     applied = apply(lowered, target)
     at = {b: inputs_at(source, buckets.var, b) for b in buckets.lengths}
     # compile()'s own short ranges, under the tuned buckets' schedules.
-    ((_, high),) = tvm_api.symbolic_bounds(source.mod[source.entry]).values()
-    short = bounded_rules(applied.mod, lowered, target, buckets.var, high)
+    ((low, high),) = tvm_api.symbolic_bounds(source.mod[source.entry]).values()
+    short = bounded_rules(applied.mod, lowered, target, buckets.var, low, high)
 
     def build(chosen):
         uppers, ranges = merged(short, (buckets.uppers, chosen))
