@@ -137,23 +137,12 @@ def test_a_softmax_over_symbolic_rows_and_columns_is_a_rows_schedule(host):
     each row's stages computed in the row, the heads in parallel (fused with the rows, the
     bindings divided by ``n`` and ``parallel`` refused: it fell to the staged rule, 9x the
     time at a static 384); parity at fewer columns than lanes, one vector, and more."""
-    from tvm import topi
-
-    n = tvm.tirx.Var("n", "int64")
-    x = te.placeholder((12, n, n), "float32", "x")
-    func = te.create_prim_func([x, topi.nn.fast_softmax(x, axis=-1)])
-    func = func.with_attr("global_symbol", "main")
+    func = _heads_softmax()
     sch, took = S.rules.schedule_func(func, host)
     assert took == "rows"
     text = sch.mod.script()
     assert "T.parallel(12)" in text
-    rng = np.random.default_rng(0)
-    for length in (5, 16, 37):
-        args = [rng.standard_normal((12, length, length)).astype(np.float32),
-                np.zeros((12, length, length), np.float32)]  # fmt: skip
-        want = _run(tvm_api.IRModule({"main": func}), [a.copy() for a in args], host)
-        got = _run(sch.mod, [a.copy() for a in args], host)
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    _check_heads_softmax(func, sch, (5, 16, 37), host)
 
 
 def test_a_symbolic_softmax_known_to_fill_its_lanes_reduces_in_lanes(host):
@@ -161,19 +150,29 @@ def test_a_symbolic_softmax_known_to_fill_its_lanes_reduces_in_lanes(host):
     as the target's lanes of independent partials (under a tail predicate, rows merged level
     by level), not one chain of ``n`` dependent steps; without the bound they stay chains
     (a lane no column reaches would never be initialized)."""
-    from tvm import topi
-
-    n = tvm.tirx.Var("n", "int64")
-    x = te.placeholder((12, n, n), "float32", "x")
-    func = te.create_prim_func([x, topi.nn.fast_softmax(x, axis=-1)])
-    func = func.with_attr("global_symbol", "main")
+    func = _heads_softmax()
     plain, _ = S.rules.schedule_func(func, host)
     assert "_rf" not in plain.mod.script()
     bounded = func.with_attr("tir_var_lower_bound", {"n": 65})
     sch, took = S.rules.schedule_func(bounded, host)
     assert took == "rows" and sch.mod.script().count("_rf") >= 2
-    rng = np.random.default_rng(1)
-    for length in (65, 77, 130):
+    _check_heads_softmax(func, sch, (65, 77, 130), host)
+
+
+def _heads_softmax():
+    """Softmax over the last axis of 12 x n x n scores, ``n`` symbolic (TOPI's fast one)."""
+    from tvm import topi
+
+    n = tvm.tirx.Var("n", "int64")
+    x = te.placeholder((12, n, n), "float32", "x")
+    func = te.create_prim_func([x, topi.nn.fast_softmax(x, axis=-1)])
+    return func.with_attr("global_symbol", "main")
+
+
+def _check_heads_softmax(func, sch, lengths, host):
+    """The scheduled softmax against the plain build at each of ``lengths``."""
+    rng = np.random.default_rng(0)
+    for length in lengths:
         args = [rng.standard_normal((12, length, length)).astype(np.float32),
                 np.zeros((12, length, length), np.float32)]  # fmt: skip
         want = _run(tvm_api.IRModule({"main": func}), [a.copy() for a in args], host)
