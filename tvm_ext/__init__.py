@@ -75,7 +75,7 @@ def replay(obj, target=None, **options):
     (:func:`~tvm_ext.model_pipeline.model_replay.replay_model`), anything else from its kernel
     log (:func:`~tvm_ext.kernel_tuner.replayer.replay`)."""
     if is_model(obj):
-        if is_symbolic(obj, options.get("params")):
+        if is_symbolic(obj):
             return replay_at_lengths(obj, target, **options)
         return replay_model(obj, target, **options)
     return replay_kernel(obj, target, **options)

@@ -269,11 +269,16 @@ def prepare_model(model, target, params, reference, inputs) -> PreparedModel:
             "it will run at (tune(model, lengths=[...])); compile() takes it as it is"
         )
     lowered = bind_and_lower(source, target)
-    if isinstance(model, Model):
-        key = f"{model.name}-{model.size}-b{model.batch}"
-    else:
-        key = f"{source.entry}-{structural_hash(lowered)}"
+    key = model_key(model, source, lowered)
     return PreparedModel(source, lowered, model_tasks.extract(lowered, target), key)
+
+
+def model_key(model, source: ModelSource, lowered) -> str:
+    """The model's name in manifests and progress bars: a zoo model's name, size and batch,
+    else its entry and the structural hash of its lowered module."""
+    if isinstance(model, Model):
+        return f"{model.name}-{model.size}-b{model.batch}"
+    return f"{source.entry}-{structural_hash(lowered)}"
 
 
 def _estimate(tasks, outside: float | None = None) -> float:
@@ -496,6 +501,7 @@ __all__ = [
     "is_model",
     "PreparedModel",
     "build_model",
+    "model_key",
     "prepare_model",
     "tune_model",
     "tune_prepared",
