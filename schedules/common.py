@@ -43,9 +43,15 @@ def assumed_bounds(uppers: dict, lowers: dict):
 def symbolic_extent_work(extent) -> int:
     """What a symbolic extent counts for in a block's work: its highest value under the
     assumed bounds, else ``PARALLEL_MIN_WORK`` (large: a symbolic length runs in parallel)."""
-    uppers = _ASSUMED.get()[0]
-    high = tvm_api.upper_bound(extent, uppers) if uppers else None
+    high = symbolic_extent_high(extent)
     return PARALLEL_MIN_WORK if high is None else max(high, 1)
+
+
+def symbolic_extent_high(extent) -> int | None:
+    """The highest value a symbolic extent takes under the assumed bounds (None when
+    unknown)."""
+    uppers = _ASSUMED.get()[0]
+    return tvm_api.upper_bound(extent, uppers) if uppers else None
 
 
 def symbolic_extent_least(extent) -> int:

@@ -93,13 +93,15 @@ def pad_vector_axis(sch, block, axes: Axes, target, weights: set[str]) -> bool:
         step = padding[axes.vector]
         padded = list(dom)
         padded[axes.vector] = None if extent is None else -(-extent // step) * step
-        mr, _ = sizes(padded, axes, target)  # a divisor of a static row extent if any
+        # A symbolic row extent takes the tile for its range (tile_shape.symbolic_rows).
+        symbolic = block.dom()[axes.row] if row is None else None
+        mr, _ = sizes(padded, axes, target, row_extent=symbolic)  # a divisor of a static one
         # Rows a tile divides run unpadded: no per-call copy of the operand the rows index.
         # Even a tile of fewer accumulators than the core's FMA chains pays (65 rows in tiles
         # of 5: 21 us against 27 us padded to 72 rows in tiles of 8, interleaved A/B, Zen 4).
         if row is None or row % mr:
             padded[axes.row] = None  # as many rows as fit
-            mr, _ = sizes(padded, axes, target)
+            mr, _ = sizes(padded, axes, target, row_extent=symbolic)
             padding[axes.row] = mr
     reindexed = _as_einsum(sch, block, padding)
     if reindexed is None:

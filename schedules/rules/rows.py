@@ -214,11 +214,16 @@ def _vectorize_inner(sch, block, lanes: int) -> None:
     """Vectorize an element-wise stage's row loop by the widest power of two up to ``lanes``
     that divides it; a row of more than ``lanes`` that no wide vector divides (197 columns,
     50) is cut into whole ``lanes`` vectors and a plain remainder loop instead (a 50-column
-    softmax ran its ``exp`` and its division in 2-lane vectors)."""
+    softmax ran its ``exp`` and its division in 2-lane vectors). A symbolic row (a sequence
+    length) stays a plain loop: split by the lanes, its tail is a predicate inside the
+    vectorized loop, and TVM's vectorizer then emits every lane as a scalar statement (a
+    12 x n x n softmax at n = 384 in 873 us, the static one in 255; plain, 367 us)."""
     loops = sch.get_loops(block)
     if len(loops) <= 1:
         return
-    extent = loop_extent(sch, loops[-1]) or 0
+    extent = loop_extent(sch, loops[-1])
+    if extent is None:
+        return  # a plain loop, which LLVM vectorizes with a remainder (see the docstring)
     width = math.gcd(extent, lanes)
     if width < min(lanes, 8) and extent > lanes:
         first = sch.loop_partition(loops[-1], [extent // lanes * lanes, None])[0]

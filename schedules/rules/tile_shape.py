@@ -6,8 +6,16 @@ operands and a broadcast in the registers.
 
 from __future__ import annotations
 
-from tvm_ext.schedules.common import STACK_TILE_BYTES, lanes_for, vector_registers
+from tvm_ext.schedules.common import (
+    STACK_TILE_BYTES,
+    lanes_for,
+    symbolic_extent_high,
+    symbolic_extent_least,
+    vector_registers,
+)
 from tvm_ext.schedules.rules.axes import Axes, static_extents
+
+from tvm_ext.base import tvm_api
 
 # The fewest rows a tile of unequal statements needs to run them in passes (see tile): each
 # pass's statements times the rows are its independent FMA chains. A 1 x 1000 classifier
@@ -16,6 +24,17 @@ from tvm_ext.schedules.rules.axes import Axes, static_extents
 # three passes, 33 us as one 41-lane statement (LLVM splits it). A 3x3 depthwise
 # convolution of 40 channels with 4 rows, 3.5 -> 2.5 us the other way (Zen 5).
 MIN_PASS_ROWS = 3
+
+# Independent FMA chains a core needs in flight to issue an FMA every cycle on every pipe
+# (latency x pipes: 4 x 2 on Zen 4/5 and Golden Cove); a tile of fewer accumulators runs at
+# that fraction of the peak.
+FMA_CHAINS = 8
+
+# What a tile's step over the reduction costs beyond its rows' FMAs (the panel's vector
+# loads, the loop), in rows: a row of an ``mr``-row tile costs ``1 + TILE_STEP_ROWS / mr``.
+# Measured: a 16 x 768 x 3072 matmul in tiles of 3, 4 and 5 rows of 48 lanes ran 10.2, 9.3
+# and 9.0 us per computed row (Zen 5); the fit of that curve.
+TILE_STEP_ROWS = 1.2
 
 
 def _tile_size(extent: int | None, limit: int, step: int = 1, least: int = 1) -> int:
@@ -43,24 +62,26 @@ def tile_sizes(block, axes: Axes, target) -> tuple[int, int]:
     Three vectors only when they divide the axis, and with 32 vector registers (on AVX2's
     16 a 4 x 24 tile would use all of them): BERT's M = 128 rows leave a two-vector tile 4
     rows (the seven that fit do not divide 128), 8 accumulators; 4 x 48 has 12."""
-    return sizes(static_extents(block), axes, target)
+    row = block.dom()[axes.row] if axes.row is not None else None
+    return sizes(static_extents(block), axes, target, row_extent=row)
 
 
-def sizes(dom: list, axes: Axes, target) -> tuple[int, int]:
-    """tile_sizes for the iterator extents ``dom`` (None where symbolic)."""
+def sizes(dom: list, axes: Axes, target, row_extent=None) -> tuple[int, int]:
+    """tile_sizes for the iterator extents ``dom`` (None where symbolic); ``row_extent``, the
+    row axis's extent when it is symbolic (see :func:`symbolic_rows`)."""
     lanes = lanes_for(target, 32)
     n = dom[axes.vector]
     if axes.group is not None:
         # A panel within one group (its input value is one broadcast for all its lanes).
         nr = _group_panel(axes.group, lanes)
-        return _rows(dom, axes, nr, len(statements(nr, lanes)), target), nr
+        return _rows(dom, axes, nr, len(statements(nr, lanes)), target, row_extent), nr
     if n is not None and n > lanes and n % lanes:
         nr = _odd_panel(n, lanes, vector_registers(target))
     else:
         nr = _tile_size(n, 2 * lanes, lanes) if n is None or n >= lanes else n
-    mr = _rows(dom, axes, nr, len(statements(nr, lanes)), target)
+    mr = _rows(dom, axes, nr, len(statements(nr, lanes)), target, row_extent)
     if n is not None and n % (3 * lanes) == 0 and vector_registers(target) >= 32:
-        mr3 = _rows(dom, axes, 3 * lanes, 3, target)
+        mr3 = _rows(dom, axes, 3 * lanes, 3, target, row_extent)
         if 3 * mr3 > mr * max(nr // lanes, 1):
             return mr3, 3 * lanes
     return mr, nr
@@ -109,7 +130,7 @@ def _odd_panel(n: int, lanes: int, registers: int) -> int:
     return whole_panel(n, lanes, registers) or 2 * lanes
 
 
-def _rows(dom, axes: Axes, nr: int, vectors: int, target) -> int:
+def _rows(dom, axes: Axes, nr: int, vectors: int, target, row_extent=None) -> int:
     """The row tile for an ``nr``-lane panel of ``vectors`` vectors (see tile_sizes). When
     the statements are unequal, a divisor of at least ``MIN_PASS_ROWS + 1`` rows, else all
     the rows that fit and a tail: 33 x 33 x 256 in tiles of 3 rows (a divisor) took 3.0 us,
@@ -118,8 +139,38 @@ def _rows(dom, axes: Axes, nr: int, vectors: int, target) -> int:
     if axes.row is None:
         return 1
     fit = _row_fit(nr, vectors, vector_registers(target))
+    if dom[axes.row] is None and row_extent is not None:
+        return symbolic_rows(row_extent, fit, vectors)
     unequal = len(set(statements(nr, lanes_for(target, 32)))) > 1
     return _tile_size(dom[axes.row], fit, least=min(fit, MIN_PASS_ROWS + 1) if unequal else 1)
+
+
+def symbolic_rows(extent, fit: int, per_row: int) -> int:
+    """The row tile of a symbolic row extent (a sequence length), of ``fit`` rows at most
+    (and half that at least, as for a static one), each row ``per_row`` accumulators: the
+    largest that provably divides ``extent`` (rows already padded to whole tiles); else,
+    where the assumed bounds put ``extent`` in a range, the tile that runs every length of
+    the range in the least time (every length once, its rows padded to whole tiles, a row
+    costing ``1 + TILE_STEP_ROWS / mr`` at the fraction of the peak the tile's
+    ``FMA_CHAINS`` allow). BERT's 768 x 3072 matmul at lengths up to 16 took tiles of 5
+    rows when as many rows as fit was the rule (20 rows computed at 16: 180 us, the static
+    length's tiles of 4 rows 141 us); in the tiles of 4 this takes, 149 us. Else, with no
+    highest length, as many rows as fit (past 64 rows the pad is under 10 %)."""
+    least = max(2, -(-fit // 2))
+    candidates = range(fit, least - 1, -1)
+    for mr in candidates:
+        if tvm_api.divides(mr, extent):
+            return mr
+    high = symbolic_extent_high(extent)
+    if high is None:
+        return fit
+    low = min(symbolic_extent_least(extent), high)
+
+    def cost(mr: int) -> float:
+        padded = sum(-(-n // mr) * mr for n in range(low, high + 1))
+        return padded * (1 + TILE_STEP_ROWS / mr) / min(1.0, mr * per_row / FMA_CHAINS)
+
+    return min(candidates, key=cost)  # the first, the most rows, among equals
 
 
 def _row_fit(nr: int, vectors: int, registers: int) -> int:

@@ -366,6 +366,12 @@ def lower_bound(expr, lowers: dict) -> int | None:
     return None if bound.min_value <= bound.NEG_INF else int(bound.min_value)
 
 
+def divides(k: int, expr) -> bool:
+    """Whether ``k`` provably divides ``expr`` for every value of its variables (a symbolic
+    extent padded to whole tiles, ``(n + 4) // 5 * 5``)."""
+    return bool(tvm.sym.Analyzer().can_prove_equal(tvm.tirx.floormod(expr, k), 0))
+
+
 def bounded_analyzer(mod):
     """TVM's arithmetic analyzer with every symbolic dimension of ``mod``'s Relax functions
     bound to the range the function declares for it (``tir_var_lower_bound`` /
