@@ -219,6 +219,8 @@ def test_a_symbolic_row_range_takes_the_row_tile_that_runs_it_fastest():
     assert symbolic_rows(n, 5, 3) == 5
     with assumed_bounds({"n": 512}, {"n": 65}):
         assert symbolic_rows(n, 7, 2) in (6, 7)
+    with assumed_bounds({"n": 1 << 40}, {"n": 65}):  # a range far too long to walk
+        assert symbolic_rows(n, 7, 2) == 7
 
 
 def _heads_softmax():

@@ -167,10 +167,17 @@ def symbolic_rows(extent, fit: int, per_row: int) -> int:
     low = min(symbolic_extent_least(extent), high)
 
     def cost(mr: int) -> float:
-        padded = sum(-(-n // mr) * mr for n in range(low, high + 1))
+        padded = _padded_rows(high, mr) - _padded_rows(low - 1, mr)
         return padded * (1 + TILE_STEP_ROWS / mr) / min(1.0, mr * per_row / FMA_CHAINS)
 
     return min(candidates, key=cost)  # the first, the most rows, among equals
+
+
+def _padded_rows(top: int, mr: int) -> int:
+    """The rows computed for every length 1..``top`` once, each padded to whole ``mr``-row
+    tiles: the sum of ``ceil(n / mr) * mr`` (in closed form: a declared range may be long)."""
+    whole, rest = divmod(max(top, 0), mr)
+    return mr * mr * whole * (whole + 1) // 2 + rest * (whole + 1) * mr
 
 
 def _row_fit(nr: int, vectors: int, registers: int) -> int:
