@@ -1,0 +1,279 @@
+"""Symbolic lengths in the rules: symbolic extents scheduled without a per-row or per-lane
+predicate in the accumulating loop (rows and vector axes padded to whole tiles, a range's row
+tile, a softmax's element-wise stages as plain loops), parity at lengths inside and around a
+tile; and the lowering that keeps a lone symbolic reshape a view."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+import tvm
+from test_rules import _run
+from tvm import te
+
+from tvm_ext import schedules as S
+from tvm_ext.base import tvm_api
+
+
+def _symbolic_rule(func, target, lengths, make_args):
+    """Schedule ``func`` (symbolic in ``n``) with the rules; build it once and compare it with
+    the plain build at each of ``lengths``. Returns the scheduled script."""
+    func = func.with_attr("global_symbol", "main")
+    sch, took = S.rules.schedule_func(func, target)
+    assert took == "contraction"
+    rng = np.random.default_rng(0)
+    for n in lengths:
+        args = make_args(rng, n)
+        want = _run(tvm_api.IRModule({"main": func}), [a.copy() for a in args], target)
+        got = _run(sch.mod, [a.copy() for a in args], target)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    return sch.mod.script()
+
+
+def _update_block(text: str, name: str) -> str:
+    """The text of block ``name`` up to the next block."""
+    body = text[text.index(f'T.sblock("{name}")') :]
+    return body[: body.index("with T.sblock", 1)] if "with T.sblock" in body[1:] else body
+
+
+def test_symbolic_rows_are_padded_to_whole_row_tiles(host):
+    """A matmul over a sequence of symbolic length: a row tail would make the accumulator
+    tile's extent symbolic (allocated at the output's size, not in registers; 3.5x slower on
+    Zen 4), so the rows are padded to ceil(n / mr) * mr and the accumulating loop runs
+    unpredicated, at every length (1 row, fewer than a tile, a tile and a tail)."""
+    n = tvm.tirx.Var("n", "int32")
+    X = te.placeholder((n, 24), name="X")
+    W = te.placeholder((24, 48), name="W")
+    r = te.reduce_axis((0, 24), "r")
+    Y = te.compute((n, 48), lambda i, j: te.sum(X[i, r] * W[r, j], axis=r), name="Y")
+    Z = te.compute((n, 48), lambda i, j: te.max(Y[i, j], 0.0), name="Z")
+    text = _symbolic_rule(
+        te.create_prim_func([X, W, Z]),
+        host,
+        [1, 5, 16, 37],
+        lambda rng, m: [
+            rng.standard_normal((m, 24)).astype("float32"),
+            rng.standard_normal((24, 48)).astype("float32"),
+            np.zeros((m, 48), "float32"),
+        ],
+    )
+    assert "X_pad" in text and "T.where" not in _update_block(text, "Y_update")
+
+
+def test_a_symbolic_vector_axis_is_padded_to_whole_panels(host):
+    """Attention scores over a symbolic length: both the rows and the vector axis are the
+    length; a lane tail is a per-lane predicate LLVM scalarizes the tile under, so the vector
+    axis is padded too. The padded copy keeps its symbolic innermost loop unfused (fused, each
+    element would pay divisions by the symbolic extent)."""
+    n = tvm.tirx.Var("n", "int32")
+    Q = te.placeholder((2, n, 8), name="Q")
+    K = te.placeholder((2, n, 8), name="K")
+    r = te.reduce_axis((0, 8), "r")
+    S_ = te.compute((2, n, n), lambda b, i, j: te.sum(Q[b, i, r] * K[b, j, r], axis=r), name="S")
+    text = _symbolic_rule(
+        te.create_prim_func([Q, K, S_]),
+        host,
+        [2, 17, 40],
+        lambda rng, m: [
+            rng.standard_normal((2, m, 8)).astype("float32"),
+            rng.standard_normal((2, m, 8)).astype("float32"),
+            np.zeros((2, m, m), "float32"),
+        ],
+    )
+    assert "T.where" not in _update_block(text, "S_update")
+    # P V: the reduction is the symbolic length; the padded copy of P is a loop nest whose
+    # innermost loop runs over n itself.
+    V = te.placeholder((2, n, 16), name="V")
+    P = te.placeholder((2, n, n), name="P")
+    k = te.reduce_axis((0, n), "k")
+    Out = te.compute((2, n, 16), lambda b, i, j: te.sum(P[b, i, k] * V[b, k, j], axis=k), name="O")
+    text = _symbolic_rule(
+        te.create_prim_func([P, V, Out]),
+        host,
+        [3, 20],
+        lambda rng, m: [
+            rng.standard_normal((2, m, m)).astype("float32"),
+            rng.standard_normal((2, m, 16)).astype("float32"),
+            np.zeros((2, m, 16), "float32"),
+        ],
+    )
+    assert "T.where" not in _update_block(text, "O_update")
+    pad = text[: text.index('T.sblock("P_pad")')].rstrip().splitlines()
+    assert re.fullmatch(r"for \w+ in range\(n\):", pad[-2].strip()), pad[-2]
+
+
+def test_a_padded_row_tile_never_writes_past_its_output(host):
+    """Symbolic rows padded to the row tile, and a weight's 172 columns ending in a partial
+    panel: the write-back needs both guards, which TVM 0.27 cannot keep on one block (it
+    kept one and wrote past the output: Llama's MLP corrupted the heap). The output is a
+    view into a larger buffer whose tail must come back untouched."""
+    n = tvm.tirx.Var("n", "int64")
+    X = te.placeholder((n, 64), name="X")
+    W = te.placeholder((64, 172), name="W")
+    r = te.reduce_axis((0, 64), "r")
+    Y = te.compute((n, 172), lambda i, j: te.sum(X[i, r] * W[r, j], axis=r), name="Y")
+    func = te.create_prim_func([X, W, Y]).with_attr("global_symbol", "main")
+    func = func.with_attr("layout_free_buffers", [1])  # W is a weight, as in a model
+    sch, took = S.rules.schedule_func(func, host)
+    assert took == "contraction" and "X_pad" in sch.mod.script()
+    lib = tvm.tirx.build(sch.mod, target=host)
+    rng = np.random.default_rng(0)
+    for m in (5, 16, 37):
+        x = rng.standard_normal((m, 64)).astype("float32")
+        w = rng.standard_normal((64, 172)).astype("float32")
+        whole = tvm.runtime.tensor(np.full((m + 8, 172), 7.0, "float32"))
+        lib(tvm.runtime.tensor(x), tvm.runtime.tensor(w), whole._create_view((m, 172)))
+        out = whole.numpy()
+        np.testing.assert_allclose(out[:m], x @ w, rtol=1e-4, atol=1e-4)
+        assert (out[m:] == 7.0).all(), f"n={m}: wrote past the output"
+
+
+def test_a_softmax_over_symbolic_rows_and_columns_is_a_rows_schedule(host):
+    """12 heads x n rows x n columns (attention scores at any length): the rows rule takes it,
+    each row's stages computed in the row, the heads in parallel (fused with the rows, the
+    bindings divided by ``n`` and ``parallel`` refused: it fell to the staged rule, 9x the
+    time at a static 384); parity at fewer columns than lanes, one vector, and more."""
+    func = _heads_softmax()
+    sch, took = S.rules.schedule_func(func, host)
+    assert took == "rows"
+    text = sch.mod.script()
+    assert "T.parallel(12)" in text
+    _check_heads_softmax(func, sch, (5, 16, 37), host)
+
+
+def test_a_symbolic_softmax_known_to_fill_its_lanes_reduces_in_lanes(host):
+    """Declared at least 65 columns (a range past the short ones), the max and the sum run
+    as the target's lanes of independent partials (under a tail predicate, rows merged level
+    by level), not one chain of ``n`` dependent steps; without the bound they stay chains
+    (a lane no column reaches would never be initialized)."""
+    func = _heads_softmax()
+    plain, _ = S.rules.schedule_func(func, host)
+    assert "_rf" not in plain.mod.script()
+    bounded = func.with_attr("tir_var_lower_bound", {"n": 65})
+    sch, took = S.rules.schedule_func(bounded, host)
+    assert took == "rows" and sch.mod.script().count("_rf") >= 2
+    _check_heads_softmax(func, sch, (65, 77, 130), host)
+
+
+@pytest.mark.parametrize("least", [None, 65])
+def test_a_symbolic_softmax_keeps_no_lane_predicate_in_its_elementwise_stages(host, least):
+    """The softmax's ``exp`` and its division over a symbolic row stay plain loops (LLVM
+    vectorizes them with a remainder): split by the lanes, the tail's predicate sits inside
+    the vectorized loop and TVM emits every lane as a scalar statement (at 384 columns the
+    whole softmax ran 3.4x the static one's time; plain, 1.4x)."""
+    func = _heads_softmax()
+    if least is not None:
+        func = func.with_attr("tir_var_lower_bound", {"n": least})
+    sch, took = S.rules.schedule_func(func, host)
+    assert took == "rows"
+    for name in ("T_fast_exp", "T_softmax_norm"):
+        assert not _predicated_in_vector_loop(sch.mod["main"], name), name
+    _check_heads_softmax(func, sch, (5, 66) if least is None else (least, 100), host)
+
+
+def _predicated_in_vector_loop(func, name: str) -> bool:
+    """Whether block ``name`` has a predicate and a vectorized loop around it."""
+    found = []
+
+    def visit(node, vectorized):
+        if isinstance(node, tvm.tirx.For):
+            vectorized = vectorized or node.kind == tvm.tirx.ForKind.VECTORIZED
+        if isinstance(node, tvm.s_tir.SBlockRealize) and node.block.name_hint == name:
+            found.append(vectorized and not tvm_api.same_structure(node.predicate, True))
+        for child in _children(node):
+            visit(child, vectorized)
+
+    visit(func.body, False)
+    assert found, f"no block {name}"
+    return any(found)
+
+
+def _children(node):
+    if isinstance(node, tvm.tirx.SeqStmt):
+        return list(node.seq)
+    if isinstance(node, tvm.s_tir.SBlockRealize):
+        return [node.block]
+    body = getattr(node, "body", None)
+    return [body] if body is not None else []
+
+
+def test_a_symbolic_row_range_takes_the_row_tile_that_runs_it_fastest():
+    """A row extent declared at most 16 (a short length's schedule) takes the row tile that
+    runs every length of the range in the least time, not as many rows as fit: 5 fit a
+    tile of three vectors, whose 20 rows computed at 16 made BERT's 768 x 3072 matmul 1.27x
+    the static tile's time; 4 rows compute 16. Rows already padded to whole tiles keep the
+    tile that divides them; an unbounded extent keeps as many as fit."""
+    from tvm_ext.schedules.common import assumed_bounds
+    from tvm_ext.schedules.rules.tile_shape import symbolic_rows
+
+    n = tvm.tirx.Var("n", "int64")
+    with assumed_bounds({"n": 16}, {}):
+        assert symbolic_rows(n, 5, 3) == 4
+        assert symbolic_rows(n, 7, 2) == 4
+        assert symbolic_rows(n, 8, 1) == 8  # one vector a row: 8 rows are 8 FMA chains
+    assert symbolic_rows((n + 4) // 5 * 5, 5, 3) == 5
+    assert symbolic_rows(n, 5, 3) == 5
+    with assumed_bounds({"n": 512}, {"n": 65}):
+        assert symbolic_rows(n, 7, 2) in (6, 7)
+    with assumed_bounds({"n": 1 << 40}, {"n": 65}):  # a range far too long to walk
+        assert symbolic_rows(n, 7, 2) == 7
+
+
+def _heads_softmax():
+    """Softmax over the last axis of 12 x n x n scores, ``n`` symbolic (TOPI's fast one)."""
+    from tvm import topi
+
+    n = tvm.tirx.Var("n", "int64")
+    x = te.placeholder((12, n, n), "float32", "x")
+    func = te.create_prim_func([x, topi.nn.fast_softmax(x, axis=-1)])
+    return func.with_attr("global_symbol", "main")
+
+
+def _check_heads_softmax(func, sch, lengths, host):
+    """The scheduled softmax against the plain build at each of ``lengths``."""
+    rng = np.random.default_rng(0)
+    for length in lengths:
+        args = [rng.standard_normal((12, length, length)).astype(np.float32),
+                np.zeros((12, length, length), np.float32)]  # fmt: skip
+        want = _run(tvm_api.IRModule({"main": func}), [a.copy() for a in args], host)
+        got = _run(sch.mod, [a.copy() for a in args], host)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_lone_reshape_over_a_symbolic_length_is_a_view_not_a_kernel(host):
+    """Grouped-query attention's ``repeat_kv`` over a cache of symbolic length: expand and
+    broadcast the 2 key heads to 6, reshape (never fused: its indices divide by the length,
+    which ``AnnotateTIROpPattern`` calls opaque), transpose. ``lower`` makes the reshape a
+    view; left to ``relax.build``, the rules had already scheduled it into a loop nest it no
+    longer recognized, and every call copied the keys (Llama's decode step at 1024 cached
+    tokens: 18.0 ms against 14.6 as a view)."""
+    from tvm.script import relax as R
+    from tvm.script import tirx as T
+
+    from tvm_ext.model_pipeline.compile import lower
+
+    @tvm.script.ir_module
+    class RepeatKV:
+        @R.function
+        def main(k: R.Tensor((1, 2, "n", 8), "float32")):
+            n = T.int64()
+            with R.dataflow():
+                e = R.expand_dims(k, axis=2)
+                b = R.broadcast_to(e, R.shape([1, 2, 3, n, 8]))
+                r = R.reshape(b, R.shape([1, 6, n, 8]))
+                t = R.permute_dims(r, axes=[0, 1, 3, 2])
+                y = R.add(t, t)
+                R.output(y)
+            return y
+
+    lowered = lower(RepeatKV, host, "main")
+    text = lowered["main"].script()
+    assert "R.reshape(" in text
+    assert not any("reshape" in gv.name_hint for gv in lowered.get_global_vars())
+    ex = tvm_api.relax.build(lowered, target=host)
+    vm = tvm_api.relax.VirtualMachine(ex, tvm.cpu())
+    k = np.random.default_rng(0).standard_normal((1, 2, 5, 8)).astype("float32")
+    want = np.repeat(k, 3, axis=1).transpose(0, 1, 3, 2) * 2
+    np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(k)).numpy(), want, rtol=1e-6)
