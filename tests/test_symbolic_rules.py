@@ -277,3 +277,38 @@ def test_a_lone_reshape_over_a_symbolic_length_is_a_view_not_a_kernel(host):
     k = np.random.default_rng(0).standard_normal((1, 2, 5, 8)).astype("float32")
     want = np.repeat(k, 3, axis=1).transpose(0, 1, 3, 2) * 2
     np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(k)).numpy(), want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("axes", [(0, 1, 3, 2), (0, 2, 1, 3)])
+def test_a_transpose_after_a_symbolic_reshape_moves_before_it_where_they_commute(host, axes):
+    """``repeat_kv`` then the keys' transpose: the transpose moves only axes the reshape keeps
+    whole, so it goes first, and the expand, broadcast and transpose are one kernel (Llama's
+    decode step ran them as two, the repeated keys written and read once more between). A
+    transpose that moves a merged axis (heads and a length swapped) stays where it is."""
+    from tvm.script import relax as R
+    from tvm.script import tirx as T
+
+    from tvm_ext.model_pipeline.compile import lower
+
+    @tvm.script.ir_module
+    class RepeatKV:
+        @R.function
+        def main(k: R.Tensor((1, 2, "n", 8), "float32")):
+            n = T.int64()
+            with R.dataflow():
+                e = R.expand_dims(k, axis=2)
+                b = R.broadcast_to(e, R.shape([1, 2, 3, n, 8]))
+                r = R.reshape(b, R.shape([1, 6, n, 8]))
+                y = R.permute_dims(r, axes=list(axes))
+                R.output(y)
+            return y
+
+    lowered = lower(RepeatKV, host, "main")
+    kernels = [gv.name_hint for gv in lowered.get_global_vars() if gv.name_hint != "main"]
+    one = any("broadcast_to" in k and "transpose" in k for k in kernels)
+    assert one == (axes == (0, 1, 3, 2)), kernels
+    ex = tvm_api.relax.build(lowered, target=host)
+    vm = tvm_api.relax.VirtualMachine(ex, tvm.cpu())
+    k = np.random.default_rng(0).standard_normal((1, 2, 5, 8)).astype("float32")
+    want = np.repeat(k, 3, axis=1).transpose(*axes)
+    np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(k)).numpy(), want, rtol=1e-6)

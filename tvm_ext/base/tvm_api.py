@@ -454,17 +454,22 @@ def estimated_flops(func) -> int | None:
         return None
 
 
-def rewrite_calls(mod, rewrite) -> "tvm.IRModule":
+def rewrite_calls(mod, rewrite, with_bindings: bool = False) -> "tvm.IRModule":
     """``mod`` with every call of its Relax functions that ``rewrite(call)`` answers with an
     expression replaced by it (calls it answers None for are kept); the result normalized, so
-    a nested expression ``rewrite`` returns is bound to a variable of its own."""
+    a nested expression ``rewrite`` returns is bound to a variable of its own. With
+    ``with_bindings``, ``rewrite(call, value_of)`` also gets the function that answers a
+    dataflow variable's bound value (None for any other expression)."""
 
     @mutator
     class _Rewrite(PyExprMutator):
         def visit_call_(self, call):
             call = super().visit_call_(call)
-            new = rewrite(call)
+            new = rewrite(call, self._value_of) if with_bindings else rewrite(call)
             return call if new is None else new
+
+        def _value_of(self, expr):
+            return self.lookup_binding(expr) if isinstance(expr, relax.Var) else None
 
     out = tvm.IRModule(dict(mod.functions.items()), attrs=mod.attrs)
     for gv, func in mod.functions.items():
