@@ -32,8 +32,8 @@ def _moved(call, value_of):
     inner = tvm_api.shape_values(source)
     outer = tvm_api.shape_values(reshaped)
     axes = [int(a) for a in call.attrs.axes]
-    if inner is None or outer is None or all(_static(d) for d in outer):
-        return None
+    if inner is None or outer is None or None not in tvm_api.tensor_dims(reshaped):
+        return None  # a static reshape FuseOps fuses anyway
     kept = _kept_leading(inner, outer, axes)
     if kept is None:
         return None
@@ -55,10 +55,6 @@ def _kept_leading(inner, outer, axes):
         if all(tvm_api.same_structure(a, b) for a, b in pairs):
             return (merged_in, merged_out) if axes[:merged_out] == list(range(merged_out)) else None
     return None
-
-
-def _static(dim) -> bool:
-    return isinstance(dim, tvm_api.tirx.IntImm)
 
 
 __all__ = ["transposes_before_reshapes"]
