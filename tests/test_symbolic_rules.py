@@ -17,12 +17,13 @@ from tvm_ext import schedules as S
 from tvm_ext.base import tvm_api
 
 
-def _symbolic_rule(func, target, lengths, make_args):
-    """Schedule ``func`` (symbolic in ``n``) with the rules; build it once and compare it with
-    the plain build at each of ``lengths``. Returns the scheduled script."""
+def symbolic_rule(func, target, lengths, make_args, rule: str = "contraction"):
+    """Schedule ``func`` (symbolic in ``n``) with the rules, ``rule`` taking it; build it
+    once and compare it with the plain build at each of ``lengths``. Returns the scheduled
+    script."""
     func = func.with_attr("global_symbol", "main")
     sch, took = S.rules.schedule_func(func, target)
-    assert took == "contraction"
+    assert took == rule
     rng = np.random.default_rng(0)
     for n in lengths:
         args = make_args(rng, n)
@@ -49,7 +50,7 @@ def test_symbolic_rows_are_padded_to_whole_row_tiles(host):
     r = te.reduce_axis((0, 24), "r")
     Y = te.compute((n, 48), lambda i, j: te.sum(X[i, r] * W[r, j], axis=r), name="Y")
     Z = te.compute((n, 48), lambda i, j: te.max(Y[i, j], 0.0), name="Z")
-    text = _symbolic_rule(
+    text = symbolic_rule(
         te.create_prim_func([X, W, Z]),
         host,
         [1, 5, 16, 37],
@@ -72,7 +73,7 @@ def test_a_symbolic_vector_axis_is_padded_to_whole_panels(host):
     K = te.placeholder((2, n, 8), name="K")
     r = te.reduce_axis((0, 8), "r")
     S_ = te.compute((2, n, n), lambda b, i, j: te.sum(Q[b, i, r] * K[b, j, r], axis=r), name="S")
-    text = _symbolic_rule(
+    text = symbolic_rule(
         te.create_prim_func([Q, K, S_]),
         host,
         [2, 17, 40],
@@ -89,7 +90,7 @@ def test_a_symbolic_vector_axis_is_padded_to_whole_panels(host):
     P = te.placeholder((2, n, n), name="P")
     k = te.reduce_axis((0, n), "k")
     Out = te.compute((2, n, 16), lambda b, i, j: te.sum(P[b, i, k] * V[b, k, j], axis=k), name="O")
-    text = _symbolic_rule(
+    text = symbolic_rule(
         te.create_prim_func([P, V, Out]),
         host,
         [3, 20],

@@ -14,6 +14,7 @@ from types import ModuleType
 from tvm_ext.schedules.common import assumed_bounds
 from tvm_ext.schedules.rules import (
     contraction,
+    dot,
     fallback,
     gpu,
     injective,
@@ -34,6 +35,7 @@ CPU_RULES: tuple[ModuleType, ...] = (
     suite,
     rows,
     window,
+    dot,
     contraction,
     staged,
     injective,
