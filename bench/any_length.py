@@ -12,9 +12,11 @@ kept; ours is called through its VM entry with its arguments placed on the devic
 onnxruntime's feeds are.
 
 Decode (``tvm_ext.build_decode``): one token against a cache of ``n`` tokens from a real
-prefill, the same four contenders (ours static: one executable per cache length; onnxruntime:
-the step exported with a dynamic cache axis), its hidden state and new cache checked against
-torch eager's before timing; tokens per second is one over the step's time.
+prefill, the same four contenders running the same step graph (ours static: one executable
+per cache length; onnxruntime: the step exported with a dynamic cache axis); its hidden
+state and the cache's new row checked against torch eager's before timing. Ours runs in a
+``tvm_ext.DecodeSession``, which also writes the new row into its cache buffer in place (the
+peers return it); tokens per second is one over the step's time.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python bench/any_length.py \
         [--models bert,llama] [--lengths 16,128,384] [--caches 128,1024] [--size full] \
@@ -139,29 +141,34 @@ def bench_model(name: str, args, cores: int, target, log, folder) -> list[dict]:
 
 def bench_decode(args, cores: int, target, log, folder) -> list[dict]:
     """Llama's decode step at each cache length of ``--caches`` (see the module docstring)."""
-    from tvm_ext.workloads.decode import prefill_cache
+    from tvm_ext.workloads.decode import cache_inputs, prefill_cache
 
     torch = torch_libraries.torch()
     torch.set_num_threads(cores)
     caches = [int(n) for n in args.caches.split(",")]
     started = time.perf_counter()
     model = tvm_ext.build_decode(args.size, cache=min(caches), max_cache=max(2048, *caches))
-    symbolic = tvm_ext.compile(model, target)
+    symbolic = tvm_ext.DecodeSession(tvm_ext.compile(model, target))
     log(f"llama decode: symbolic compile {time.perf_counter() - started:.0f} s")
     module, llama = model.torch_module, model.torch_module.inner
-    token, past = (torch.from_numpy(np.array(a)) for a in model.inputs)
-    path = onnx_export(module, [token, past], f"{folder}/llama_decode.onnx",
-                       dynamic_axes={"input_ids": {}, "cache": {3: "n"}})  # fmt: skip
-    session = onnxruntime_session(path, cores)
+    example = [torch.from_numpy(np.array(a)) for a in model.inputs]
+    axes = {"input_ids": {}} | {f"past_{j}": {0: "n"} for j in range(len(example) - 1)}
+    session = onnxruntime_session(
+        onnx_export(module, example, f"{folder}/llama_decode.onnx", dynamic_axes=axes), cores
+    )
     names = [i.name for i in session.get_inputs()]
     rows = []
     rng = np.random.default_rng(1)
     for n in caches:
         ids = rng.integers(0, llama.config.vocab_size, (1, n + 1)).astype(np.int64)
-        inputs = [ids[:, n:], prefill_cache(llama, ids[:, :n])]
+        token, cache = ids[:, n:], prefill_cache(llama, ids[:, :n])
+        inputs = [token, *cache_inputs(cache)]
         started = time.perf_counter()
         static = tvm_ext.compile(tvm_ext.build_decode(args.size, cache=n, symbolic=False), target)
+        static = tvm_ext.DecodeSession(static)
         log(f"llama decode at {n}: static compile {time.perf_counter() - started:.0f} s")
+        for ours in (symbolic, static):
+            ours.prefill(cache)
         tensors = [torch.from_numpy(a) for a in inputs]
 
         def eager(tensors=tensors):
@@ -170,8 +177,8 @@ def bench_decode(args, cores: int, target, log, folder) -> list[dict]:
 
         feeds = dict(zip(names, inputs))
         calls = {
-            "ours symbolic": _ours(symbolic, *inputs),
-            "ours static": _ours(static, *inputs),
+            "ours symbolic": symbolic.ready_step(token),
+            "ours static": static.ready_step(token),
             "onnxruntime": lambda feeds=feeds: session.run(None, feeds),
             "torch eager": eager,
         }
@@ -229,7 +236,9 @@ def main() -> None:
             "any-length-decode",
             "### Any length, decode (`bench/any_length.py`)\n\nLlama's decode step "
             "(`tvm_ext.build_decode`): one token against a KV cache of `cache` tokens from a "
-            "real prefill; same command, threads, parity check and timer as the table above; "
+            "real prefill, the cache read in place (every contender runs the same step graph; "
+            "ours in a `tvm_ext.DecodeSession`, which also writes the token's row into its "
+            "cache buffer); same command, threads, parity check and timer as the table above; "
             "tokens per second is one over the step's median time.",
             steps,
         )

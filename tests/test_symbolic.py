@@ -128,28 +128,41 @@ def test_slices_within_the_declared_bounds_are_rewritten_and_others_kept():
     assert [bool(s.attrs.assume_inbound) for s in slices] == [True, False]
 
 
-def test_a_decode_step_matches_a_full_recompute():
-    """Llama's decode step, compiled once for a symbolic cache length: at cache lengths the
-    example did not have, the token's hidden state matches transformers' full recompute over
-    prefix + token, and the cache it returns matches transformers' own cache of them."""
+def test_a_decode_step_matches_a_full_recompute_and_grows_its_cache_in_place():
+    """Llama's decode step, compiled once for a symbolic cache length and run by a
+    DecodeSession: at cache lengths the example did not have, two steps in a row match
+    transformers' full recompute over prefix + tokens, the cache then matches transformers'
+    own, and each step wrote one row of the session's buffer (the rows past it untouched, no
+    new buffer)."""
     import tvm_ext
     from tvm_ext.workloads.decode import prefill_cache
 
     model = tvm_ext.build_decode("small", cache=9, max_cache=64)
     compiled = tvm_ext.compile(model)
     llama = model.torch_module.inner
+    session = tvm_ext.DecodeSession(compiled)
+    assert session.capacity == 65
+    buffer = session._rows
     rng = np.random.default_rng(3)
-    for n in (2, 30, 63):
-        ids = rng.integers(0, 1000, (1, n + 1)).astype(np.int64)
-        past = prefill_cache(llama, ids[:, :n])
-        hidden, cache = compiled.run(ids[:, n:], past)
+    for n in (2, 30, 62):
+        ids = rng.integers(0, 1000, (1, n + 2)).astype(np.int64)
+        buffer[:] = np.nan  # what a step must not read, and must leave past its row
+        session.prefill(prefill_cache(llama, ids[:, :n]))
+        hidden = [session.step(ids[:, n + i : n + i + 1]) for i in range(2)]
         with torch.no_grad():
-            full = llama(input_ids=torch.from_numpy(ids)).last_hidden_state[:, -1:].numpy()
-        np.testing.assert_allclose(hidden, full, rtol=1e-4, atol=1e-4)
-        np.testing.assert_allclose(cache, prefill_cache(llama, ids), rtol=1e-4, atol=1e-4)
-        assert cache.shape[3] == n + 1
+            full = llama(input_ids=torch.from_numpy(ids)).last_hidden_state.numpy()
+        np.testing.assert_allclose(np.concatenate(hidden, 1), full[:, n:], rtol=1e-4, atol=1e-4)
+        assert session.length == n + 2 and session._rows is buffer
+        np.testing.assert_allclose(session.cache(), prefill_cache(llama, ids), rtol=1e-4,
+                                   atol=1e-4)  # fmt: skip
+        assert np.isnan(buffer[:, n + 2 :]).all()
+    session.step(ids[:, :1])  # 64 cached tokens: the declared range's last step
+    with pytest.raises(InputError, match="full"):
+        session.step(ids[:, :1])
+    longer = tvm_ext.DecodeSession(compiled, capacity=80)
+    longer.prefill(np.zeros((2, 2, 70, 1, 16), np.float32))
     with pytest.raises(InputError, match="outside"):
-        compiled.run(ids[:, :1], np.zeros((*past.shape[:3], 65, past.shape[4]), np.float32))
+        longer.step(ids[:, :1])
 
 
 def test_tuning_a_symbolic_model_is_refused_before_any_work(symbolic_block, tmp_path):

@@ -31,6 +31,7 @@ from tvm_ext.kernel_tuner.replayer import replay as replay_kernel
 from tvm_ext.kernel_tuner.tuner import tune as tune_kernel
 from tvm_ext.measurement.measure import Measurement, measure
 from tvm_ext.model_pipeline.compile import compile
+from tvm_ext.model_pipeline.decode_session import DecodeSession
 from tvm_ext.model_pipeline.length_tuner import is_symbolic, replay_at_lengths, tune_at_lengths
 from tvm_ext.model_pipeline.model_replay import replay_model
 from tvm_ext.model_pipeline.model_tuner import is_model, tune_model
@@ -90,6 +91,7 @@ __all__ = [
     "TuneError",
     "TvmExtError",
     "UnsupportedModel",
+    "DecodeSession",
     "build_decode",
     "build_suite",
     "compile",

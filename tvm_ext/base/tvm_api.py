@@ -25,6 +25,7 @@ import importlib
 import sys
 import types
 
+import numpy as np  # noqa: E402
 import tvm  # noqa: E402  (must follow the environment set-up above)
 import tvm.s_tir  # noqa: E402,F401
 import tvm.tirx  # noqa: E402,F401
@@ -157,6 +158,14 @@ def deep_copy(mod: "tvm.IRModule") -> "tvm.IRModule":
 def tensor(array, device):
     """A TVM runtime tensor holding a copy of numpy ``array`` on ``device``."""
     return tvm.runtime.tensor(array, device)
+
+
+def shared_tensors(shape: tuple[int, ...], dtype: str) -> tuple[np.ndarray, list]:
+    """A new CPU tensor of ``shape`` as numpy sees it, and each of its leading-axis parts as
+    a TVM tensor of its own (no copy: both views of the same memory; each part starts where
+    its data does, as a kernel wants its arguments, not at an offset into the whole)."""
+    whole = np.from_dlpack(tvm.runtime.empty(shape, dtype, tvm.cpu(0)))
+    return whole, [tvm.runtime.from_dlpack(part) for part in whole]
 
 
 def build(mod: "tvm.IRModule", target: "tvm.target.Target"):

@@ -13,6 +13,11 @@
   Llama's masks hold) fails in ``LegalizeOps``: TOPI's dynamic ``strided_slice`` does not
   normalize the axis (``Check failed: axis < src_tensor_dim (-1 vs. 2)``). The axis is
   written as its non-negative position.
+- **A slice of a symbolic axis from its end** (``x[..., -1:]``, whose end torch writes as
+  ``2**63 - 1``) overflows TVM's simplifier while Relax infers its shape (``Literal value
+  36893488147419103228 exceeds range of int64``), and its begin (-1) leaves Relax no shape
+  for it after ``LegalizeOps`` (``emit_te now only supports Tensor that has ShapeExpr
+  shape``, at its consumer). Both are written from the axis's extent (``n - 1``, ``n``).
 - **A slice with a symbolic end** (``mask[:, :seq]``) is lowered by TOPI with an extent that
   guards a negative end (``T.if_then_else(seq < 0, ...)``), and ``FuseOps`` fails on that
   shape (``Cannot find the FInferType attribute registered to op: prim.if_then_else``). A slice
@@ -63,19 +68,45 @@ def _rewritten(call):
     if name in COMPARISONS:
         return _bool_comparison_as_int8(call)
     if name == "relax.strided_slice":
-        return _slice_axes_nonnegative(call)
+        return _slice_normalized(call)
     return _bool_scan_as_int32(call)
 
 
-def _slice_axes_nonnegative(call):
+def _slice_normalized(call):
+    """A ``strided_slice`` with its axes non-negative and, on a symbolic axis, its constant
+    begins and ends written from the axis's extent (see the module docstring); None when
+    nothing changes."""
     data, axes = call.args[0], call.args[1]
-    rank = len(tvm_api.tensor_dims(data) or ())
-    values = [int(a) for a in tvm_api.tuple_values(axes)]
-    if not rank or all(a >= 0 for a in values):
+    dims = tvm_api.shape_values(data) or ()
+    axes = [int(a) for a in tvm_api.tuple_values(axes)]
+    if not dims:
         return None
-    positive = tuple(a % rank for a in values)
+    positive = [a % len(dims) for a in axes]
+    begins, ends = (
+        [_from_extent(v, dims[a]) for a, v in zip(positive, tvm_api.tuple_values(bounds))]
+        for bounds in call.args[2:4]
+    )
+    if positive == axes and all(v is None for v in begins + ends):
+        return None
+    begins, ends = (
+        [v if v is not None else old for v, old in zip(values, tvm_api.tuple_values(bounds))]
+        for values, bounds in zip((begins, ends), call.args[2:4])
+    )
     inbound = bool(call.attrs.assume_inbound)
-    return tvm_api.relax.op.strided_slice(data, positive, *call.args[2:], assume_inbound=inbound)
+    return tvm_api.relax.op.strided_slice(data, positive, begins, ends, *call.args[4:],
+                                          assume_inbound=inbound)  # fmt: skip
+
+
+def _from_extent(value, extent):
+    """A slice's constant begin or end on a symbolic axis of ``extent``, written from the
+    extent: a negative one counted back from it, one no axis reaches (torch's "to the end",
+    ``2**63 - 1``) as the extent itself; None when it stays as it is."""
+    if isinstance(extent, tvm_api.tirx.IntImm) or not isinstance(value, (int, tvm_api.tirx.IntImm)):
+        return None
+    value = int(value)
+    if value >= 2**62:
+        return extent
+    return extent + value if value < 0 else None
 
 
 def _within_bounds(call, analyzer):

@@ -59,7 +59,7 @@ def from_torch(
     args = tuple(_as_torch(torch, a) for a in example_inputs)
     with torch.no_grad():
         program = torch.export.export(module, args, dynamic_shapes=dynamic_shapes)
-        program = program.run_decompositions()
+        program = program.run_decompositions(_decompositions(torch))
     _drop_empty_cat_inputs(program)
     _refuse_unsupported(program)
     mod = tvm_api.torch_importer()(program, keep_params_as_input=True, run_ep_decomposition=False,
@@ -89,6 +89,16 @@ def from_torch(
         torch_forward,
         module,
     )
+
+
+def _decompositions(torch) -> dict:
+    """torch.export's default decompositions but for ``einsum``, which TVM imports as one
+    operator: decomposed, an einsum whose operands are not laid out as ``bmm`` wants (a
+    decode step's keys read sequence-major from its cache) becomes a copy of each operand
+    into that layout, then the ``bmm``; kept, it is one kernel reading its operands in place."""
+    table = torch.export.default_decompositions()
+    table.pop(torch.ops.aten.einsum.default, None)
+    return table
 
 
 def _as_torch(torch, value):
