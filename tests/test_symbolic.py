@@ -128,6 +128,38 @@ def test_slices_within_the_declared_bounds_are_rewritten_and_others_kept():
     assert [bool(s.attrs.assume_inbound) for s in slices] == [True, False]
 
 
+def test_slices_from_the_end_of_a_symbolic_axis_are_written_from_its_extent():
+    """``relax_fixes``: ``x[:, -1:]`` (torch's end ``2**63 - 1``) overflowed TVM's simplifier
+    and ``x[:, :-1]`` lost its shape in ``LegalizeOps``; written from the extent (``n``,
+    ``n + 1``) both are proven inside the input, and the module legalizes with every shape
+    known."""
+    from tvm import relax
+
+    from tvm_ext.model_pipeline.relax_fixes import fixed
+
+    n = tvm.tirx.Var("n", "int64")
+    x = relax.Var("x", relax.TensorType((1, n + 1), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        last = bb.emit(relax.op.strided_slice(x, (1,), (-1,), (2**63 - 1,)))
+        rest = bb.emit(relax.op.strided_slice(x, (1,), (0,), (-1,)))
+        bb.emit_func_output(relax.Tuple([last, rest]))
+    mod = bb.get()
+    mod["main"] = mod["main"].with_attrs(
+        {"tir_var_lower_bound": {"n": 1}, "tir_var_upper_bound": {"n": 64}}
+    )
+    out = fixed(mod)
+    slices = [
+        v for _, v in tvm_api.bindings(out["main"]) if tvm_api.call_name(v) == "relax.strided_slice"
+    ]
+    assert [str(tvm_api.tuple_values(s.args[2])) for s in slices] == ["[n]", "[0]"]
+    assert [str(tvm_api.tuple_values(s.args[3])) for s in slices] == ["[n + T.int64(1)]", "[n]"]
+    assert all(bool(s.attrs.assume_inbound) for s in slices)
+    legal = relax.transform.LegalizeOps()(out)
+    shapes = [str(v.ty) for v, _ in tvm_api.bindings(legal["main"])]
+    assert not any("ndim" in shape for shape in shapes), shapes
+
+
 def test_a_decode_step_matches_a_full_recompute_and_grows_its_cache_in_place():
     """Llama's decode step, compiled once for a symbolic cache length and run by a
     DecodeSession: at cache lengths the example did not have, two steps in a row match

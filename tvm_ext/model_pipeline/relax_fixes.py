@@ -106,7 +106,7 @@ def _from_extent(value, extent):
     value = int(value)
     if value >= 2**62:
         return extent
-    return extent + value if value < 0 else None
+    return tvm_api.simplify(extent + value) if value < 0 else None
 
 
 def _within_bounds(call, analyzer):
