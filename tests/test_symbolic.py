@@ -197,6 +197,32 @@ def test_a_decode_step_matches_a_full_recompute_and_grows_its_cache_in_place():
         longer.step(ids[:, :1])
 
 
+def test_the_zoo_decoder_blocks_decode_step_matches_a_full_recompute():
+    """The zoo decoder block's decode step (the block's own weights), compiled once: two
+    steps in a row against caches of 1, 17 and 100 tokens match the block run over prefix
+    + tokens, its cache the block's keys and values; the scores are the dot rule's."""
+    import tvm_ext
+    from tvm_ext.workloads import models
+
+    step = models.decoder_step("small", cache=5, max_cache=128)
+    block = models.build("decoder", "small")
+    assert all(np.array_equal(a, b) for a, b in zip(block.params, step.params))
+    compiled = tvm_ext.compile(step)
+    assert "dot" in set(compiled.applied.table()["rule"])
+    weights = {k: v.astype(np.float64) for k, v in block.weights.items()}
+    session = tvm_ext.DecodeSession(compiled)
+    heads, hidden = models.DECODER["small"].heads, models.DECODER["small"].hidden
+    rng = np.random.default_rng(0)
+    for n in (1, 17, 100):
+        x = rng.standard_normal((1, n + 2, hidden))
+        session.prefill(models.decoder_cache(weights, x[:, :n], heads))
+        out = [session.step(x[:, n + i : n + i + 1].astype(np.float32)) for i in range(2)]
+        full = models.decoder_reference(weights, x, heads)[:, n:]
+        np.testing.assert_allclose(np.concatenate(out, 1), full, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(session.cache(), models.decoder_cache(weights, x, heads),
+                                   rtol=1e-4, atol=1e-4)  # fmt: skip
+
+
 def test_tuning_a_symbolic_model_is_refused_before_any_work(symbolic_block, tmp_path):
     """MetaSchedule tunes static shapes only: ``tune`` without ``lengths=`` names the
     symbolic dimensions and what to do instead, and writes nothing."""

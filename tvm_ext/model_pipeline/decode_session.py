@@ -1,13 +1,15 @@
 """A compiled decode step run token after token, its KV cache updated in place.
 
-A step of :func:`~tvm_ext.workloads.decode.build_decode` takes the token and, per layer, the
-keys and values of the ``n`` tokens before it (``(n, kv_heads, head_dim)``, sequence-major),
-and returns the hidden state and the token's own row of the cache (``(layers, 2, kv_heads,
-head_dim)``). :class:`DecodeSession` keeps the cache in one buffer of a fixed capacity,
-``(2 x layers, capacity, kv_heads, head_dim)``: each step passes the first ``n`` rows of each
-layer's keys and values as views of it (a prefix of a sequence-major buffer is contiguous:
-no copy) and writes the returned row into row ``n``. A step then moves one row of cache,
-whatever its length; the cache is never copied, concatenated or reallocated.
+A decode step (:func:`~tvm_ext.workloads.decode.build_decode`'s Llama,
+:func:`~tvm_ext.workloads.models_transformer.decoder_step`'s zoo block) takes the token (its
+id, or its hidden state) and, per layer, the keys and values of the ``n`` tokens before it
+(``(n, kv_heads, head_dim)``, sequence-major), and returns the token's output and its own row
+of the cache (``(layers, 2, kv_heads, head_dim)``). :class:`DecodeSession` keeps the cache
+in one buffer of a fixed capacity, ``(2 x layers, capacity, kv_heads, head_dim)``: each step
+passes the first ``n`` rows of each layer's keys and values as views of it (a prefix of a
+sequence-major buffer is contiguous: no copy) and writes the returned row into row ``n``. A
+step then moves one row of cache, whatever its length; the cache is never copied,
+concatenated or reallocated.
 """
 
 from __future__ import annotations
@@ -81,7 +83,7 @@ class DecodeSession:
         return rows.reshape(len(self._parts) // 2, 2, *rows.shape[1:]).copy()
 
     def step(self, token: np.ndarray) -> np.ndarray:
-        """The hidden state of ``token`` (shape ``(1, 1)``) after the cache; its keys and
+        """The output for ``token`` (the step's first input) after the cache; its keys and
         values become the cache's next row."""
         with tvm_api.threads(self.compiled.threads):
             hidden, _ = self.ready_step(token)()

@@ -74,12 +74,15 @@ class Model:
         """A short name for tables: ``encoder/full/b2``."""
         return f"{self.name}/{self.size}/b{self.batch}"
 
-    def reference(self, inputs: Sequence[np.ndarray] | None = None) -> np.ndarray:
-        """The output of numpy alone on ``inputs`` (default the model's own), as float32."""
+    def reference(self, inputs: Sequence[np.ndarray] | None = None):
+        """The output (a list of them for a model of several) of numpy alone on ``inputs``
+        (default the model's own), as float32."""
         inputs = self.inputs if inputs is None else tuple(inputs)
         check_inputs(self, inputs)
         wide = [np.asarray(a, dtype=np.float64) for a in inputs]
         out = self.forward_np({k: v.astype(np.float64) for k, v in self.weights.items()}, wide)
+        if isinstance(out, (list, tuple)):  # a model of several outputs
+            return [np.asarray(o, dtype=np.float32) for o in out]
         return np.asarray(out, dtype=np.float32)
 
 
@@ -115,14 +118,17 @@ def make_model(
     batch: int,
     seed: int,
     module,
-    input_shapes: dict[str, tuple[int, ...]],
+    input_shapes: dict[str, tuple[int | str, ...]],
     flops: int,
     forward_np: NumpyForward,
+    inputs: Sequence[np.ndarray] | None = None,
 ) -> Model:
     """Export ``module`` (a ``relax_nn.Module``) and draw its weights and inputs from ``seed``.
 
     Weights and inputs come from separate streams of the seed, so the weights do not change
-    with the batch: ``mlp`` at batch 1 and at batch 4 is the same network.
+    with the batch: ``mlp`` at batch 1 and at batch 4 is the same network, and a module with
+    the same layers draws the same weights. A dimension named by a string is symbolic; such a
+    model takes its example ``inputs``.
     """
     spec = {ENTRY: {k: tvm_api.relax_nn.spec.Tensor(s, "float32") for k, s in input_shapes.items()}}
     mod, named = module.export_tvm(spec)
@@ -130,10 +136,10 @@ def make_model(
     params = tuple(
         frozen(init_weight(n, tuple(int(d) for d in p.shape), weight_rng)) for n, p in named
     )
-    input_rng = np.random.default_rng([seed, 1, batch])
-    inputs = tuple(
-        frozen(input_rng.standard_normal(s).astype(np.float32)) for s in input_shapes.values()
-    )
+    if inputs is None:
+        input_rng = np.random.default_rng([seed, 1, batch])
+        inputs = [input_rng.standard_normal(s).astype(np.float32) for s in input_shapes.values()]
+    inputs = tuple(frozen(np.asarray(a, np.float32)) for a in inputs)
     return Model(
         name,
         size,

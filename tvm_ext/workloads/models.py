@@ -20,7 +20,16 @@ from typing import Callable
 
 from tvm_ext.workloads.model_base import ENTRY, SIZES, Model, check_inputs
 from tvm_ext.workloads.models_feedforward import MLP, RESNET, mlp, resnet
-from tvm_ext.workloads.models_transformer import DECODER, ENCODER, decoder, encoder, rope_tables
+from tvm_ext.workloads.models_transformer import (
+    DECODER,
+    ENCODER,
+    decoder,
+    decoder_cache,
+    decoder_reference,
+    decoder_step,
+    encoder,
+    rope_tables,
+)
 
 ZOO: dict[str, Callable[..., Model]] = {
     "mlp": mlp,
@@ -49,6 +58,9 @@ __all__ = [
     "build",
     "check_inputs",
     "decoder",
+    "decoder_cache",
+    "decoder_reference",
+    "decoder_step",
     "encoder",
     "mlp",
     "resnet",

@@ -5,10 +5,14 @@ and are written the way their reference implementations write them, so the Relax
 the kernels a real model gives: the encoder spells attention out (matmul, scale, softmax,
 matmul) as BERT does; the decoder calls ``scaled_dot_product_attention`` with a causal mask as
 Llama's SDPA path does, after rotary position embeddings.
+
+:func:`decoder_step` is the decoder block's decode step (its weights, one token against a
+KV cache of symbolic length read in place), the zoo's twin of ``build_decode``'s Llama step.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -158,7 +162,9 @@ class _DecoderBlock(nn.Module):
         return x + self.down_proj(nn.op.silu(self.gate_proj(h)) * self.up_proj(h))
 
 
-def _decoder_np(w: dict[str, np.ndarray], x: np.ndarray, heads: int) -> np.ndarray:
+def decoder_reference(w: dict[str, np.ndarray], x: np.ndarray, heads: int) -> np.ndarray:
+    """The decoder block in numpy over hidden states ``x`` of any length (``(b, seq,
+    hidden)``), causal: the block's reference, and a decode step's full recompute."""
     b, seq, hidden = x.shape
     d = hidden // heads
     cos, sin = rope_tables(seq, d)
@@ -184,7 +190,7 @@ def decoder(size: str = "full", batch: int = 1, seed: int = 0) -> Model:
     flops = 2 * batch * s.seq * (4 * s.hidden**2 + 3 * s.hidden * s.ffn + 2 * s.seq * s.hidden)
 
     def forward_np(w, inputs):
-        return _decoder_np(w, inputs[0], s.heads)
+        return decoder_reference(w, inputs[0], s.heads)
 
     return make_model(
         "decoder",
@@ -196,3 +202,121 @@ def decoder(size: str = "full", batch: int = 1, seed: int = 0) -> Model:
         flops,
         forward_np,
     )
+
+
+class _DecoderStep(_DecoderBlock):
+    """The decoder block's decode step: the token's hidden state ``(1, 1, hidden)`` and the
+    cache's keys and values ``(n, heads, head_dim)`` (sequence-major, ``n`` symbolic) in; the
+    token's output and its own row of the cache ``(1, 2, heads, head_dim)`` out. The same
+    layers (and so the same weights for a seed) as the block; rotary tables of ``longest``
+    positions, sliced at ``n``."""
+
+    def __init__(self, shape: Shape, longest: int):
+        super().__init__(shape)
+        self.longest = longest
+
+    def forward(self, x, keys, values):
+        s, relax = self.shape, tvm_api.relax
+        n = keys.shape[0]
+        cos, sin = (
+            nn.Tensor.from_const(t[:, 0].astype(np.float32))
+            for t in rope_tables(self.longest, s.head_dim)
+        )
+
+        def part(t, axis: int, begin, end, name: str):  # inside: n <= max_cache < longest
+            sliced = relax.op.strided_slice(t._expr, [axis], [begin], [end], assume_inbound=True)
+            return nn.op.wrap_nested(sliced, name)
+
+        def at_n(table):  # the table's row for position n, (1, head_dim)
+            return part(table, 0, n, n + 1, "row")
+
+        def rope(t):  # (heads, head_dim) at position n
+            first, second = nn.op.split(t, 2, axis=-1)
+            return t * at_n(cos) + nn.op.concat([nn.op.negative(second), first], dim=-1) * at_n(sin)
+
+        def heads(t):
+            return nn.op.reshape(t, (s.heads, s.head_dim))
+
+        h = self.input_norm(x)
+        q = rope(heads(self.q_proj(h))) * (1.0 / math.sqrt(s.head_dim))
+        key, value = rope(heads(self.k_proj(h))), heads(self.v_proj(h))
+
+        def einsum(spec, a, b):
+            return nn.op.wrap_nested(relax.op.einsum([a._expr, b._expr], spec), "einsum")
+
+        own = nn.op.sum(q * key, axis=-1, keepdims=True)  # the token's score against itself
+        weights = nn.op.softmax(nn.op.concat([einsum("hd,nhd->hn", q, keys), own], dim=-1), -1)
+        cached, mine = part(weights, 1, 0, n, "cached"), part(weights, 1, n, n + 1, "own")
+        attn = einsum("hn,nhd->hd", cached, values) + mine * value
+        x = x + self.o_proj(nn.op.reshape(attn, (1, 1, s.hidden)))
+        h = self.post_norm(x)
+        out = x + self.down_proj(nn.op.silu(self.gate_proj(h)) * self.up_proj(h))
+        return out, nn.op.reshape(nn.op.concat([key, value], dim=0), (1, 2, s.heads, s.head_dim))
+
+
+def decoder_cache(w: dict[str, np.ndarray], x: np.ndarray, heads: int) -> np.ndarray:
+    """The decoder block's KV cache after the hidden states ``x`` (``(1, n, hidden)``):
+    ``(1, 2, n, heads, head_dim)``, keys (rotated) then values, as a decode step reads it."""
+    _, seq, hidden = x.shape
+    d = hidden // heads
+    cos, sin = rope_tables(seq, d)
+    h = rms_norm(x[0], w["input_norm.weight"], RMS_EPS)
+    k, v = (linear(h, w, name).reshape(seq, heads, d) for name in ("k_proj", "v_proj"))
+    k = k * cos + np.concatenate([-k[..., d // 2 :], k[..., : d // 2]], axis=-1) * sin
+    return np.stack([k, v])[None]
+
+
+def _decoder_step_np(w, x, keys, values, heads: int) -> list[np.ndarray]:
+    """The step in numpy: the block over the cache's positions and the token's, for the token."""
+    n, d = keys.shape[0], keys.shape[2]
+    cos, sin = (t[n] for t in rope_tables(n + 1, d))
+
+    def rope(t):
+        return t * cos + np.concatenate([-t[..., d // 2 :], t[..., : d // 2]], axis=-1) * sin
+
+    h = rms_norm(x[0], w["input_norm.weight"], RMS_EPS)
+    q, k, v = (linear(h, w, name).reshape(heads, d) for name in ("q_proj", "k_proj", "v_proj"))
+    q, k = rope(q), rope(k)
+    all_k, all_v = np.concatenate([keys, k[None]]), np.concatenate([values, v[None]])
+    p = softmax(np.einsum("hd,nhd->hn", q, all_k) / math.sqrt(d))
+    x = x + linear(np.einsum("hn,nhd->hd", p, all_v).reshape(1, 1, -1), w, "o_proj")
+    h = rms_norm(x, w["post_norm.weight"], RMS_EPS)
+    out = x + linear(silu(linear(h, w, "gate_proj")) * linear(h, w, "up_proj"), w, "down_proj")
+    return [out, np.stack([k, v])[None]]
+
+
+def decoder_step(size: str = "full", cache: int = 64, max_cache: int = 2048, seed: int = 0):
+    """The decoder block (weights of ``decoder(size, seed=seed)``) as a decode step against a
+    KV cache of symbolic length in ``[1, max_cache]``; the example cache holds ``cache``
+    random tokens' keys and values."""
+    check_size(size, 1)
+    if not 1 <= cache <= max_cache:
+        raise ValueError(f"need 1 <= cache <= max_cache, got {cache=}, {max_cache=}")
+    s = DECODER[size]
+    rng = np.random.default_rng([seed, 1, 1])
+    x = rng.standard_normal((1, 1, s.hidden))
+    keys, values = rng.standard_normal((2, cache, s.heads, s.head_dim))
+    flops = 2 * (4 * s.hidden**2 + 3 * s.hidden * s.ffn + 2 * cache * s.hidden)
+
+    def forward_np(w, inputs):
+        return _decoder_step_np(w, *inputs, s.heads)
+
+    model = make_model(
+        "decoder_step",
+        size,
+        1,
+        seed,
+        _DecoderStep(s, max_cache + 1),
+        {
+            "x": (1, 1, s.hidden),
+            "keys": ("n", s.heads, s.head_dim),
+            "values": ("n", s.heads, s.head_dim),
+        },  # noqa: E501
+        flops,
+        forward_np,
+        inputs=[x, keys, values],
+    )
+    entry = tvm_api.relax_entry(model.mod)
+    mod = tvm_api.with_upper_bounds(model.mod, entry, {"n": max_cache})
+    mod[entry] = mod[entry].with_attr("tir_var_lower_bound", {"n": 1})
+    return dataclasses.replace(model, mod=mod)
