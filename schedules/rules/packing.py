@@ -27,6 +27,7 @@ def pack_operands(sch, func, block, axes: Axes, nr: int):
     vector = block.iters[axes.vector].var.name
     free_names = weight_names(func)
     padded_weights = _padded_weights(sch, block, free_names)
+    padded = _padded_weights(sch, block, None)  # any operand's padding stage
     packs, weights = [], []
     for index, read in enumerate(stmt.reads):
         dims = [vars_of(d.min) for d in read.region]
@@ -52,16 +53,22 @@ def pack_operands(sch, func, block, axes: Axes, nr: int):
             order = [i for i in range(len(dims)) if i != at[0]] + at
             copy = sch.cache_read(block.block_rv, index, "global")
             sch.transform_layout(copy, ("write", 0), permutation(order, dtype))
+            if read.source.name in padded:
+                # Its zero padding goes into the transposed copy: one pass over it, not two
+                # (a symbolic-length attention's keys, padded to whole panels, then packed).
+                sch.compute_inline(padded[read.source.name])
             packs.append(copy)
     return packs, weights
 
 
-def _padded_weights(sch, block, weights: set[str]) -> dict:
-    """{buffer name: block} of the padding stages before ``block`` that copy one weight."""
+def _padded_weights(sch, block, weights: set[str] | None) -> dict:
+    """{buffer name: block} of the padding stages before ``block`` that copy one weight (one
+    operand of any kind when ``weights`` is None)."""
     found = {}
     for producer in sch.get_producers(block.block_rv):
         stmt = sch.get(producer)
-        if len(stmt.reads) == 1 and stmt.reads[0].source.name in weights and stmt.writes:
+        copies = len(stmt.reads) == 1 and stmt.writes
+        if copies and (weights is None or stmt.reads[0].source.name in weights):
             found[stmt.writes[0].source.name] = producer
     return found
 
