@@ -11,14 +11,15 @@ from tvm_ext.schedules.rules.fallback import static_int
 from tvm_ext.base import tvm_api
 
 
-def pack_operands(sch, func, block, axes: Axes, nr: int):
+def pack_operands(sch, func, block, axes: Axes, nr: int, panel: int | None = None):
     """Copy operands read along the vector axis into a better layout; returns (per-call
     copies, weight copies).
 
     A weight (a ``layout_free_buffers`` parameter: Relax marks model weights so) is packed
-    into ``nr``-wide panels, ``W[.., k, j] -> Wp[j // nr, .., k, j % nr]``: the micro-kernel
-    then streams one contiguous panel. The copy is marked as a layout-rewrite pre-process, so
-    Relax's ``SplitLayoutRewritePreproc`` lifts it out and constant folding runs it once.
+    into ``nr``-wide panels (``panel``-wide when given: a divisor of ``nr``), ``W[.., k, j]
+    -> Wp[j // nr, .., k, j % nr]``: the micro-kernel then streams one contiguous panel. The
+    copy is marked as a layout-rewrite pre-process, so Relax's ``SplitLayoutRewritePreproc``
+    lifts it out and constant folding runs it once.
     Any other operand that the vector axis indexes in another dimension than its last
     (``B[j, k]`` of a matmul with B transposed: a strided gather per vector) is copied per
     call into a layout with that dimension last.
@@ -39,7 +40,8 @@ def pack_operands(sch, func, block, axes: Axes, nr: int):
         dtype = str(read.source.shape[at[0]].ty)  # the index maps' (int32 or int64)
         if weight and extent is not None and extent % nr == 0:
             copy = sch.cache_read(block.block_rv, index, "global")
-            sch.transform_layout(copy, ("write", 0), _panels(len(dims), at[0], nr, dtype))
+            width = panel or nr
+            sch.transform_layout(copy, ("write", 0), _panels(len(dims), at[0], width, dtype))
             if read.source.name in padded_weights:
                 # The weight's zero padding goes into its panels: one copy per call instead
                 # of two. It stays a per-call copy: TVM's weight-repack passes take only a
