@@ -125,7 +125,6 @@ def _long_operand(stmt, vector: str, reduce: str, weights: set[str]):
         and streams(r, vector)
         and isinstance(r.region[-1].min, tvm_api.tirx.Var)
         and r.region[-1].min.name == reduce
-        and vector not in vars_of(r.region[-1].min)
     ]
     return found[0] if len(found) == 1 else None
 

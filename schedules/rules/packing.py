@@ -27,8 +27,9 @@ def pack_operands(sch, func, block, axes: Axes, nr: int, panel: int | None = Non
     stmt = sch.get(block.block_rv)
     vector = block.iters[axes.vector].var.name
     free_names = weight_names(func)
-    padded_weights = _padded_weights(sch, block, free_names)
-    padded = _padded_weights(sch, block, None)  # any operand's padding stage
+    padded = _padding_stages(sch, block)  # {padded copy: (its stage, the buffer it pads)}
+    padded_weights = {name: stage for name, (stage, source) in padded.items()
+                      if source in free_names}  # fmt: skip
     packs, weights = [], []
     for index, read in enumerate(stmt.reads):
         dims = [vars_of(d.min) for d in read.region]
@@ -58,20 +59,19 @@ def pack_operands(sch, func, block, axes: Axes, nr: int, panel: int | None = Non
             if read.source.name in padded:
                 # Its zero padding goes into the transposed copy: one pass over it, not two
                 # (a symbolic-length attention's keys, padded to whole panels, then packed).
-                sch.compute_inline(padded[read.source.name])
+                sch.compute_inline(padded[read.source.name][0])
             packs.append(copy)
     return packs, weights
 
 
-def _padded_weights(sch, block, weights: set[str] | None) -> dict:
-    """{buffer name: block} of the padding stages before ``block`` that copy one weight (one
-    operand of any kind when ``weights`` is None)."""
+def _padding_stages(sch, block) -> dict:
+    """{buffer name: (block, name of the buffer it copies)} of the stages before ``block``
+    that copy one buffer (its padding)."""
     found = {}
     for producer in sch.get_producers(block.block_rv):
         stmt = sch.get(producer)
-        copies = len(stmt.reads) == 1 and stmt.writes
-        if copies and (weights is None or stmt.reads[0].source.name in weights):
-            found[stmt.writes[0].source.name] = producer
+        if len(stmt.reads) == 1 and stmt.writes:
+            found[stmt.writes[0].source.name] = (producer, stmt.reads[0].source.name)
     return found
 
 

@@ -168,6 +168,11 @@ def shared_tensors(shape: tuple[int, ...], dtype: str) -> tuple[np.ndarray, list
     return whole, [tvm.runtime.from_dlpack(part) for part in whole]
 
 
+def prefix_view(tensor, shape: tuple[int, ...], dtype: str):
+    """A view of the first elements of ``tensor`` (TVM) as ``shape``, no copy."""
+    return tensor._create_view(shape, dtype)
+
+
 def build(mod: "tvm.IRModule", target: "tvm.target.Target"):
     """Compile a TIR module for ``target``; returns the runtime module."""
     return tvm.tirx.build(mod, target=target)

@@ -109,7 +109,7 @@ class DecodeSession:
         dev = tvm_api.cpu(0)
         arguments = [
             tvm_api.tensor(token, dev),
-            *(part._create_view((n, *self.row), self.dtype) for part in self._parts),
+            *(tvm_api.prefix_view(part, (n, *self.row), self.dtype) for part in self._parts),
             *compiled.weights,
         ]
         entry, rows = compiled.vm[compiled.entry], self._rows[:, n]

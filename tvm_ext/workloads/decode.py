@@ -131,7 +131,7 @@ def build_decode(
     symbolic: bool = True,
 ) -> TorchModel:
     """The suite's Llama (``size``, weights from ``seed``) as one decode step against a cache
-    of symbolic length in ``[1, max_cache]`` (of exactly ``cache`` tokens when not
+    of symbolic length up to ``max_cache`` (of exactly ``cache`` tokens when not
     ``symbolic``); the example inputs are a token and the cache a prefill of ``cache`` random
     ids leaves (see :func:`prefill_cache`)."""
     if size not in SIZES:

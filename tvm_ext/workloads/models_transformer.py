@@ -309,9 +309,9 @@ def decoder_step(size: str = "full", cache: int = 64, max_cache: int = 2048, see
         _DecoderStep(s, max_cache + 1),
         {
             "x": (1, 1, s.hidden),
-            "keys": ("n", s.heads, s.head_dim),
+            "keys": ("n", s.heads, s.head_dim),  # n: the cache length, symbolic
             "values": ("n", s.heads, s.head_dim),
-        },  # noqa: E501
+        },
         flops,
         forward_np,
         inputs=[x, keys, values],
