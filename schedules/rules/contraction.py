@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 
-from tvm_ext.schedules.common import ACC_SCOPE, PARALLEL_MIN_WORK, lanes_for
+from tvm_ext.schedules.common import ACC_SCOPE, PARALLEL_MIN_WORK, STACK_TILE_BYTES, lanes_for
 from tvm_ext.schedules.rules.axes import (
     Axes,
     find_axes,
@@ -29,9 +29,9 @@ from tvm_ext.schedules.rules.axes import (
     weight_names,
 )
 from tvm_ext.schedules.rules.fallback import loop_extent, parallel_spatial, static_int, work
-from tvm_ext.schedules.rules.packing import pack_operands, permutation
+from tvm_ext.schedules.rules.packing import alive, pack_operands, permutation
 from tvm_ext.schedules.rules.padding import inline_window_pads, pad_vector_axis
-from tvm_ext.schedules.rules.tile_shape import statement_runs, tile_sizes
+from tvm_ext.schedules.rules.tile_shape import roomy_holds, statement_runs, tile_sizes
 
 from tvm_ext.base import tvm_api
 from tvm_ext.workloads.kernel_base import np_dtype
@@ -45,11 +45,22 @@ PARTIAL_PANEL_MIN_POINTS = 1 << 17
 
 
 def schedule_func(func, target):
+    try:  # a tile past the stack where roomy_holds clears it, else one within
+        return _padded_or_plain(func, target, roomy=True)
+    except _Cramped:
+        return _padded_or_plain(func, target, roomy=False)
+
+
+class _Cramped(Exception):
+    """A tile past the stack that :func:`~.tile_shape.roomy_holds` does not clear."""
+
+
+def _padded_or_plain(func, target, roomy: bool):
     try:
-        sch = _schedule(tvm_api.Schedule(func), func, target, pad=True)
+        sch = _schedule(tvm_api.Schedule(func), func, target, pad=True, roomy=roomy)
     except tvm_api.ScheduleError:
         sch = None  # the padded computation did not take the schedule: the plain one
-    return sch if sch is not None else _schedule(tvm_api.Schedule(func), func, target, pad=False)
+    return sch if sch is not None else _schedule(tvm_api.Schedule(func), func, target, False, roomy)
 
 
 def one_reduction(sch):
@@ -75,7 +86,7 @@ def one_reduction(sch):
     return pads, main, epilogue
 
 
-def _schedule(sch, func, target, pad: bool):
+def _schedule(sch, func, target, pad: bool, roomy: bool = False):
     shape = one_reduction(sch)
     if shape is None or not _is_float_accumulator(sch, shape[1]):
         return None
@@ -84,11 +95,13 @@ def _schedule(sch, func, target, pad: bool):
     if axes is None:
         return None
     if pad and pad_vector_axis(sch, main, axes, target, weight_names(func)):
-        return _schedule(sch, func, target, pad=False)
-    mr, nr = tile_sizes(main, axes, target)
+        return _schedule(sch, func, target, pad=False, roomy=roomy)
+    mr, nr = tile_sizes(main, axes, target, roomy=roomy)
     packs, weights = pack_operands(sch, func, main, axes, nr, _panel(mr, nr, target))
-    pads = [p for p in pads if _alive(sch, p)]  # a weight's padding went into its panels
+    pads = [p for p in pads if alive(sch, p)]  # a weight's padding went into its panels
     pads, main = inline_window_pads(sch, main, pads, axes)
+    if mr * nr * 4 >= STACK_TILE_BYTES and not roomy_holds(sch, main, axes, weights, mr):
+        raise _Cramped
     if tile(sch, main, axes, target, epilogue[0] if epilogue else None, (mr, nr)):
         pads.append(epilogue[0])  # an elementwise loop nest of its own, scheduled as a pad
     # When the tile loop runs in parallel, so do the copies before it: a 197 x 197 x 256
@@ -113,14 +126,6 @@ def _panel(mr: int, nr: int, target) -> int | None:
     streamed alone, 768 x 2048: 30.7 -> 33.5 GB/s."""
     lanes = lanes_for(target, 32)
     return lanes if mr == 1 and nr > lanes and nr % lanes == 0 else None
-
-
-def _alive(sch, info) -> bool:
-    try:
-        sch.get(info.block_rv)
-    except (tvm_api.ScheduleError, ValueError, RuntimeError):
-        return False
-    return True
 
 
 def _is_float_accumulator(sch, block) -> bool:

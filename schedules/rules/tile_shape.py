@@ -14,6 +14,8 @@ from tvm_ext.schedules.common import (
     vector_registers,
 )
 from tvm_ext.schedules.rules.axes import Axes, static_extents
+from tvm_ext.schedules.rules.fallback import static_int
+from tvm_ext.schedules.rules.packing import reads_only_arguments
 
 from tvm_ext.base import tvm_api
 
@@ -36,6 +38,30 @@ FMA_CHAINS = 8
 # and 9.0 us per computed row (Zen 5); the fit of that curve.
 TILE_STEP_ROWS = 1.2
 
+# The fewest reduction steps for a tile past the stack (see roomy_holds).
+ROOMY_MIN_STEPS = 256
+
+
+def roomy_holds(sch, block, axes: Axes, weights, mr: int) -> bool:
+    """Whether a tile of ``STACK_TILE_BYTES`` or more (a runtime workspace, not the stack)
+    stays in registers and pays: every operand an argument (see
+    :func:`~.packing.reads_only_arguments`), no predicate on its rows, and one reduction
+    loop of at least ``ROOMY_MIN_STEPS``. LLVM promotes the tile around one loop only: a 3x3
+    convolution's (64 channels, 56 x 56 map, 8 x 32) went to memory at every kernel
+    position, 587 -> 1127 us; a short reduction pays the workspace's zeroing and write-back
+    on few steps: a 1x1 convolution of 64 channels to 256, 267 -> 315 us. Where it holds,
+    8 x 48 tiles against those within the stack: 128 x 3072 x 768 with its weight in panels
+    (4 x 48) 1887 -> 1616 us, 384 x 768 x 768 (6 x 32) 1255 -> 1126, 16 x 768 x 3072
+    (4 x 48) 320 -> 263 (interleaved A/B; Xeon, rocketlake, 2 threads)."""
+    dom = block.dom()
+    steps = [static_int(dom[i]) for i in axes.reduction]
+    return (
+        len(steps) == 1
+        and (steps[0] or 0) >= ROOMY_MIN_STEPS
+        and reads_only_arguments(sch, block, weights)
+        and (axes.row is None or tvm_api.divides(mr, dom[axes.row]))
+    )
+
 
 def _tile_size(extent: int | None, limit: int, step: int = 1, least: int = 1) -> int:
     """``extent`` when it is within ``limit``; else the largest multiple of ``step`` in
@@ -53,7 +79,7 @@ def _tile_size(extent: int | None, limit: int, step: int = 1, least: int = 1) ->
     return limit
 
 
-def tile_sizes(block, axes: Axes, target) -> tuple[int, int]:
+def tile_sizes(block, axes: Axes, target, roomy: bool = False) -> tuple[int, int]:
     """(mr, nr): ``nr`` lanes of one to three vectors, as many rows as keep the
     accumulators, the vector operands and a broadcast in the registers and the tile on the
     stack; of those, the tile with the most accumulators (independent FMA chains: a core
@@ -61,12 +87,16 @@ def tile_sizes(block, axes: Axes, target) -> tuple[int, int]:
 
     Three vectors only when they divide the axis, and with 32 vector registers (on AVX2's
     16 a 4 x 24 tile would use all of them): BERT's M = 128 rows leave a two-vector tile 4
-    rows (the seven that fit do not divide 128), 8 accumulators; 4 x 48 has 12."""
+    rows (the seven that fit do not divide 128), 8 accumulators; 4 x 48 has 12.
+
+    ``roomy``: past ``STACK_TILE_BYTES`` (the registers alone bound the tile), for a caller
+    that has established LLVM keeps such a tile in registers (see
+    :func:`~.packing.reads_only_arguments`): BERT's 128 x 3072 x 768 then takes 8 x 48."""
     row = block.dom()[axes.row] if axes.row is not None else None
-    return sizes(static_extents(block), axes, target, row_extent=row)
+    return sizes(static_extents(block), axes, target, row_extent=row, roomy=roomy)
 
 
-def sizes(dom: list, axes: Axes, target, row_extent=None) -> tuple[int, int]:
+def sizes(dom: list, axes: Axes, target, row_extent=None, roomy: bool = False) -> tuple[int, int]:
     """tile_sizes for the iterator extents ``dom`` (None where symbolic); ``row_extent``, the
     row axis's extent when it is symbolic (see :func:`symbolic_rows`)."""
     lanes = lanes_for(target, 32)
@@ -74,14 +104,14 @@ def sizes(dom: list, axes: Axes, target, row_extent=None) -> tuple[int, int]:
     if axes.group is not None:
         # A panel within one group (its input value is one broadcast for all its lanes).
         nr = _group_panel(axes.group, lanes)
-        return _rows(dom, axes, nr, len(statements(nr, lanes)), target, row_extent), nr
+        return _rows(dom, axes, nr, len(statements(nr, lanes)), target, row_extent, roomy), nr
     if n is not None and n > lanes and n % lanes:
         nr = _odd_panel(n, lanes, vector_registers(target))
     else:
         nr = _tile_size(n, 2 * lanes, lanes) if n is None or n >= lanes else n
-    mr = _rows(dom, axes, nr, len(statements(nr, lanes)), target, row_extent)
+    mr = _rows(dom, axes, nr, len(statements(nr, lanes)), target, row_extent, roomy)
     if n is not None and n % (3 * lanes) == 0 and vector_registers(target) >= 32:
-        mr3 = _rows(dom, axes, 3 * lanes, 3, target, row_extent)
+        mr3 = _rows(dom, axes, 3 * lanes, 3, target, row_extent, roomy)
         if 3 * mr3 > mr * max(nr // lanes, 1):
             return mr3, 3 * lanes
     return mr, nr
@@ -130,7 +160,7 @@ def _odd_panel(n: int, lanes: int, registers: int) -> int:
     return whole_panel(n, lanes, registers) or 2 * lanes
 
 
-def _rows(dom, axes: Axes, nr: int, vectors: int, target, row_extent=None) -> int:
+def _rows(dom, axes: Axes, nr: int, vectors: int, target, row_extent=None, roomy=False) -> int:
     """The row tile for an ``nr``-lane panel of ``vectors`` vectors (see tile_sizes). When
     the statements are unequal, a divisor of at least ``MIN_PASS_ROWS + 1`` rows, else all
     the rows that fit and a tail: 33 x 33 x 256 in tiles of 3 rows (a divisor) took 3.0 us,
@@ -138,7 +168,7 @@ def _rows(dom, axes: Axes, nr: int, vectors: int, target, row_extent=None) -> in
     columns 2.4 us in tiles of 4 (a divisor), 2.7 us in tiles of 6 and a tail (Zen 5)."""
     if axes.row is None:
         return 1
-    fit = _row_fit(nr, vectors, vector_registers(target))
+    fit = _row_fit(nr, vectors, vector_registers(target), roomy)
     if dom[axes.row] is None and row_extent is not None:
         return symbolic_rows(row_extent, fit, vectors)
     unequal = len(set(statements(nr, lanes_for(target, 32)))) > 1
@@ -180,11 +210,11 @@ def _padded_rows(top: int, mr: int) -> int:
     return mr * mr * whole * (whole + 1) // 2 + rest * (whole + 1) * mr
 
 
-def _row_fit(nr: int, vectors: int, registers: int) -> int:
+def _row_fit(nr: int, vectors: int, registers: int, roomy: bool = False) -> int:
     """The most rows an ``nr``-lane tile of ``vectors`` vectors keeps in ``registers``
-    (and on the stack, see STACK_TILE_BYTES)."""
+    (and on the stack, see STACK_TILE_BYTES, unless ``roomy``)."""
     fit = min((registers - vectors - 1) // vectors, 8)
-    return min(fit, (STACK_TILE_BYTES - 1) // (4 * nr))
+    return fit if roomy else min(fit, (STACK_TILE_BYTES - 1) // (4 * nr))
 
 
 def statement_width(nr: int, lanes: int) -> int:
@@ -237,6 +267,8 @@ def statement_runs(nr: int, mr: int, lanes: int) -> list[tuple[int, int]]:
 
 __all__ = [
     "MIN_PASS_ROWS",
+    "ROOMY_MIN_STEPS",
+    "roomy_holds",
     "sizes",
     "statement_runs",
     "statement_width",

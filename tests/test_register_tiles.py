@@ -1,0 +1,87 @@
+"""A contraction's register tile past the 1 KiB stack limit, where LLVM keeps it in registers."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from tvm import relax
+from tvm_ext.schedules.common import vector_registers
+
+from tvm_ext import schedules as S
+from tvm_ext.base import tvm_api
+from tvm_ext.hardware.target import lanes_for
+from tvm_ext.workloads.legalized import legalized_func
+
+# 32 vector registers of 16 lanes: an 8 x 48 tile (24 accumulators, 1.5 KiB) fits them.
+AVX512 = {"kind": "llvm", "mcpu": "znver4", "num-cores": 2}
+
+
+def _dense(m, k, n):
+    return legalized_func(
+        lambda x, w: relax.op.matmul(x, w), [("x", (m, k)), ("w", (k, n))], free=(1,)
+    ).with_attr("global_symbol", "main")
+
+
+def _conv3x3(hw, c):
+    return legalized_func(
+        lambda x, w: relax.op.nn.conv2d(x, w, padding=1, data_layout="NHWC", kernel_layout="OHWI"),
+        [("x", (1, hw, hw, c)), ("w", (c, 3, 3, c))],
+        free=(1,),
+    ).with_attr("global_symbol", "main")
+
+
+def _fma_blocks(func, target) -> list[tuple[int, int]]:
+    """(accumulators, vector stores) of each basic block of the built function that has an
+    FMA: the registers its FMAs accumulate into, the stores it makes (LLVM may unroll the
+    reduction loop: the accumulators, not the FMAs, are the tile)."""
+    sch, rule = S.rules.schedule_func(func, target)
+    assert rule == "contraction"
+    lib = tvm_api.build(tvm_api.without_weight_repack(sch.mod), target)
+    blocks, accumulators, stores = [], set(), 0
+    for line in tvm_api.assembly(lib).splitlines():
+        if re.match(r"^(\.?\w+:|\s*# %bb)", line) or re.match(r"\s+j\w+\s", line):
+            if accumulators:  # a label or a jump ends a block
+                blocks.append((len(accumulators), stores))
+            accumulators, stores = set(), 0
+        elif "vfmadd" in line:
+            accumulators.add(line.split(",")[-1].strip())
+        elif re.search(r"vmov\w*\s+%[xyz]mm\d+, .*\(", line):
+            stores += 1
+    return blocks + ([(len(accumulators), stores)] if accumulators else [])
+
+
+def test_a_matmul_fed_only_by_arguments_takes_a_tile_past_the_stack():
+    """A weight in panels and an activation argument: the tile is a runtime workspace (1.5
+    KiB), and its 24 accumulators stay in registers across the reduction (a loop of 24
+    accumulators and no store); 12 accumulators (4 x 48) under the stack limit before."""
+    target = tvm_api.Target(AVX512)
+    assert max(_fma_blocks(_dense(128, 512, 768), target)) == (24, 0)
+
+
+@pytest.mark.parametrize("func", [_conv3x3(56, 64), _dense(197, 512, 768), _dense(128, 64, 768)])
+def test_a_tile_llvm_would_store_stays_within_the_stack(func):
+    """A 3x3 convolution (three reduction loops: the workspace tile went to memory at each
+    kernel position), rows under a predicate (197), a short reduction (64 steps): tiles of
+    under 1 KiB (at most 15 accumulators of 16 lanes), no store in the FMA loop."""
+    blocks = _fma_blocks(func, tvm_api.Target(AVX512))
+    assert max(accumulators for accumulators, _ in blocks) <= 15
+    assert all(stores == 0 for accumulators, stores in blocks if accumulators >= 8)
+
+
+def test_a_tile_past_the_stack_computes_the_matmul(host):
+    """Parity on the host (the weight's repack included, as a compiled model runs it once);
+    on a host of 32 vector registers through the 8 x 48 tile."""
+    func = _dense(64, 320, 96)
+    sch, _ = S.rules.schedule_func(func, host)
+    if vector_registers(host) >= 32 and lanes_for(host, 32) == 16:
+        assert re.search(r"T\.unroll\(T\.int64\(8\)\)", sch.mod.script())
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal(s).astype("float32") for s in ((64, 320), (320, 96))]
+    dev = tvm_api.cpu()
+    out = tvm_api.tensor(np.zeros((64, 96), "float32"), dev)
+    lib = tvm_api.build(sch.mod, host)
+    with tvm_api.threads(int(host.attrs["num-cores"])):
+        lib(*(tvm_api.tensor(a, dev) for a in args), out)
+    np.testing.assert_allclose(out.numpy(), args[0] @ args[1], rtol=1e-4, atol=1e-4)
