@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 
-from tvm_ext.schedules.common import ACC_SCOPE, PARALLEL_MIN_WORK, STACK_TILE_BYTES, lanes_for
+from tvm_ext.schedules.common import ACC_SCOPE, PARALLEL_MIN_WORK, lanes_for
 from tvm_ext.schedules.rules.axes import (
     Axes,
     find_axes,
@@ -31,7 +31,7 @@ from tvm_ext.schedules.rules.axes import (
 from tvm_ext.schedules.rules.fallback import loop_extent, parallel_spatial, static_int, work
 from tvm_ext.schedules.rules.packing import alive, pack_operands, permutation
 from tvm_ext.schedules.rules.padding import inline_window_pads, pad_vector_axis
-from tvm_ext.schedules.rules.tile_shape import roomy_holds, statement_runs, tile_sizes
+from tvm_ext.schedules.rules.tile_shape import past_stack, roomy_holds, statement_runs, tile_sizes
 
 from tvm_ext.base import tvm_api
 from tvm_ext.workloads.kernel_base import np_dtype
@@ -100,7 +100,7 @@ def _schedule(sch, func, target, pad: bool, roomy: bool = False):
     packs, weights = pack_operands(sch, func, main, axes, nr, _panel(mr, nr, target))
     pads = [p for p in pads if alive(sch, p)]  # a weight's padding went into its panels
     pads, main = inline_window_pads(sch, main, pads, axes)
-    if mr * nr * 4 >= STACK_TILE_BYTES and not roomy_holds(sch, main, axes, weights, mr):
+    if past_stack(mr, nr) and not roomy_holds(main, axes, mr):
         raise _Cramped
     if tile(sch, main, axes, target, epilogue[0] if epilogue else None, (mr, nr)):
         pads.append(epilogue[0])  # an elementwise loop nest of its own, scheduled as a pad

@@ -74,25 +74,6 @@ def alive(sch, info) -> bool:
     return True
 
 
-def reads_only_arguments(sch, block, weights) -> bool:
-    """Whether every operand ``block`` reads (besides what it writes) is an argument of the
-    function or a weight's panels (``weights``: the copies :func:`pack_operands` marks to run
-    once, at compile time; arguments once folded), i.e. no per-call copy or padding stage.
-
-    What an accumulator tile of ``STACK_TILE_BYTES`` or more needs to stay in registers: TVM
-    allocates it as a runtime workspace, not on the stack, and LLVM keeps its updates in
-    registers only where it can prove no other access in the loop aliases it, which it can
-    for the function's ``noalias`` arguments and not for another workspace (see
-    :func:`~.tile_shape.roomy_holds` for the rest)."""
-    stmt = sch.get(block.block_rv)
-    arguments = [*sch.mod["main"].params, *(sch.get(w).writes[0].source for w in weights)]
-    written = stmt.writes[0].source
-    return all(
-        read.source.same_as(written) or any(read.source.same_as(a) for a in arguments)
-        for read in stmt.reads
-    )
-
-
 def _padding_stages(sch, block) -> dict:
     """{buffer name: (block, name of the buffer it copies)} of the stages before ``block``
     that copy one buffer (its padding)."""
@@ -121,4 +102,4 @@ def permutation(order: list[int], dtype: str):
     )
 
 
-__all__ = ["alive", "pack_operands", "permutation", "reads_only_arguments"]
+__all__ = ["alive", "pack_operands", "permutation"]

@@ -15,7 +15,6 @@ from tvm_ext.schedules.common import (
 )
 from tvm_ext.schedules.rules.axes import Axes, static_extents
 from tvm_ext.schedules.rules.fallback import static_int
-from tvm_ext.schedules.rules.packing import reads_only_arguments
 
 from tvm_ext.base import tvm_api
 
@@ -42,25 +41,32 @@ TILE_STEP_ROWS = 1.2
 ROOMY_MIN_STEPS = 256
 
 
-def roomy_holds(sch, block, axes: Axes, weights, mr: int) -> bool:
-    """Whether a tile of ``STACK_TILE_BYTES`` or more (a runtime workspace, not the stack)
-    stays in registers and pays: every operand an argument (see
-    :func:`~.packing.reads_only_arguments`), no predicate on its rows, and one reduction
-    loop of at least ``ROOMY_MIN_STEPS``. LLVM promotes the tile around one loop only: a 3x3
-    convolution's (64 channels, 56 x 56 map, 8 x 32) went to memory at every kernel
-    position, 587 -> 1127 us; a short reduction pays the workspace's zeroing and write-back
-    on few steps: a 1x1 convolution of 64 channels to 256, 267 -> 315 us. Where it holds,
-    8 x 48 tiles against those within the stack: 128 x 3072 x 768 with its weight in panels
-    (4 x 48) 1887 -> 1616 us, 384 x 768 x 768 (6 x 32) 1255 -> 1126, 16 x 768 x 3072
-    (4 x 48) 320 -> 263 (interleaved A/B; Xeon, rocketlake, 2 threads)."""
+def roomy_holds(block, axes: Axes, mr: int) -> bool:
+    """Whether a tile of ``STACK_TILE_BYTES`` or more (TVM allocates it as a runtime
+    workspace, not on the stack) stays in registers and pays: one reduction loop of at least
+    ``ROOMY_MIN_STEPS`` and no predicate on its rows (a row tail's: 197 rows kept stores in
+    the loop). LLVM then keeps its updates in registers across the loop, a per-call copy
+    read beside it included (TVM's alias metadata tells buffers apart: 200 padded rows x
+    768 x 3072 from a copy, no store in the loop); it promotes them around one loop only: a
+    3x3 convolution's tile (64 channels, 56 x 56 map, 8 x 32) went to memory at every kernel
+    position, 587 -> 1127 us, and a short reduction pays the workspace's zeroing and
+    write-back on few steps (a 1x1 convolution of 64 channels to 256, 267 -> 315 us). Where
+    it holds, 8 x 48 tiles against those within the stack: 128 x 3072 x 768 with its weight
+    in panels (4 x 48) 1887 -> 1616 us, 384 x 768 x 768 (6 x 32) 1255 -> 1126, 16 x 768 x
+    3072 (4 x 48) 320 -> 263 (interleaved A/B; Xeon, rocketlake, 2 threads). 197 rows padded
+    to 200 for 8 x 48 tiles gained nothing over 5 x 48 and a tail (2349 -> 2319 us)."""
     dom = block.dom()
     steps = [static_int(dom[i]) for i in axes.reduction]
     return (
         len(steps) == 1
         and (steps[0] or 0) >= ROOMY_MIN_STEPS
-        and reads_only_arguments(sch, block, weights)
         and (axes.row is None or tvm_api.divides(mr, dom[axes.row]))
     )
+
+
+def past_stack(mr: int, nr: int) -> bool:
+    """Whether an ``mr`` x ``nr`` fp32 tile is past the stack (see roomy_holds)."""
+    return mr * nr * 4 >= STACK_TILE_BYTES
 
 
 def _tile_size(extent: int | None, limit: int, step: int = 1, least: int = 1) -> int:
@@ -90,8 +96,8 @@ def tile_sizes(block, axes: Axes, target, roomy: bool = False) -> tuple[int, int
     rows (the seven that fit do not divide 128), 8 accumulators; 4 x 48 has 12.
 
     ``roomy``: past ``STACK_TILE_BYTES`` (the registers alone bound the tile), for a caller
-    that has established LLVM keeps such a tile in registers (see
-    :func:`~.packing.reads_only_arguments`): BERT's 128 x 3072 x 768 then takes 8 x 48."""
+    that has established LLVM keeps such a tile in registers (see :func:`roomy_holds`):
+    BERT's 128 x 3072 x 768 then takes 8 x 48."""
     row = block.dom()[axes.row] if axes.row is not None else None
     return sizes(static_extents(block), axes, target, row_extent=row, roomy=roomy)
 
@@ -268,6 +274,7 @@ def statement_runs(nr: int, mr: int, lanes: int) -> list[tuple[int, int]]:
 __all__ = [
     "MIN_PASS_ROWS",
     "ROOMY_MIN_STEPS",
+    "past_stack",
     "roomy_holds",
     "sizes",
     "statement_runs",
