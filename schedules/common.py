@@ -12,9 +12,10 @@ from tvm_ext.hardware.target import has_feature, lanes_for, vector_bits  # noqa:
 
 # Register-tile accumulators are `global`-scope buffers: TVM's LowerTVMBuiltin puts a CPU
 # allocation of that scope on the stack when it is under 1 KiB, where LLVM keeps it in
-# registers; a `local` one (or one of 1 KiB or more) becomes a runtime workspace whose every
-# update is stored to memory (measured: fp32 matmul 256x256x32 148 -> 205 GFLOP/s, bf16 1536^3
-# 131 -> 406 GFLOP/s on a 2-core Zen 4).
+# registers; a `local` one (or one of 1 KiB or more) becomes a runtime workspace, whose updates
+# LLVM keeps in registers around one reduction loop at most (rules.tile_shape.roomy_holds) and
+# otherwise stores to memory at every step (measured: fp32 matmul 256x256x32 148 -> 205
+# GFLOP/s, bf16 1536^3 131 -> 406 GFLOP/s on a 2-core Zen 4).
 ACC_SCOPE = "global"
 STACK_TILE_BYTES = 1024
 
