@@ -10,9 +10,10 @@ accesses instead of a kernel name: the *vector* axis is the spatial iterator tha
 output's last dimension (unit stride); the *row* axis is a spatial iterator that the operand
 read along the vector axis does not use, so one vector load feeds ``mr`` FMAs with broadcast
 values of the other operand. Loops: ``[outer spatial tiles, fused, parallel] [reduction]
-[mr rows, unrolled] [nr lanes, vectorized]`` with the ``mr x nr`` accumulator tile in a
-stack buffer (global scope under 1 KiB: registers), the epilogue applied as the tile is
-written back.
+[mr rows, unrolled] [nr lanes, vectorized]`` with the ``mr x nr`` accumulator tile in
+registers (a stack buffer, global scope under 1 KiB; or past it, a workspace LLVM keeps in
+registers around one long reduction loop: :func:`~.tile_shape.roomy_holds`), the epilogue
+applied as the tile is written back.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ NAME = "contraction"
 # _partial_panel): a 12 x 197 x 197 x 64 batch matmul (465 k points) 247 -> 206 us with the
 # pass; at 12 x 49 x 49 (29 k) the pass lost 1.5 us of 17 (Zen 5, interleaved A/B).
 PARTIAL_PANEL_MIN_POINTS = 1 << 17
+
+VECTOR_PANEL_ROWS = 32  # the most rows whose weight panels are one vector wide (see _panel)
 
 
 def schedule_func(func, target):
@@ -97,7 +100,7 @@ def _schedule(sch, func, target, pad: bool, roomy: bool = False):
     if pad and pad_vector_axis(sch, main, axes, target, weight_names(func)):
         return _schedule(sch, func, target, pad=False, roomy=roomy)
     mr, nr = tile_sizes(main, axes, target, roomy=roomy)
-    packs, weights = pack_operands(sch, func, main, axes, nr, _panel(mr, nr, target))
+    packs, weights = pack_operands(sch, func, main, axes, nr, _panel(main, axes, nr, target))
     pads = [p for p in pads if alive(sch, p)]  # a weight's padding went into its panels
     pads, main = inline_window_pads(sch, main, pads, axes)
     if past_stack(mr, nr) and not roomy_holds(main, axes, mr):
@@ -116,16 +119,18 @@ def _schedule(sch, func, target, pad: bool, roomy: bool = False):
     return sch
 
 
-def _panel(mr: int, nr: int, target) -> int | None:
-    """The width of a weight's packed panels when not the tile's ``nr``: one vector for a tile
-    of one row (a GEMV: a decode step's projections, a classifier head). Such a tile does one
-    FMA per weight element, so it runs at the speed the weight streams from memory, and a
-    panel is one stream: panels of a vector give each tile ``nr / lanes`` streams in flight.
-    Llama's decode step (every matmul one row, 300 MB of weights) 11.68 -> 8.92 ms at 128
-    cached tokens, 13.62 -> 10.96 at 1024 (Xeon, 2 threads, interleaved A/B); cold weights
-    streamed alone, 768 x 2048: 30.7 -> 33.5 GB/s."""
+def _panel(block, axes: Axes, nr: int, target) -> int | None:
+    """The width of a weight's packed panels when not the tile's ``nr``: one vector where the
+    rows are few (at most ``VECTOR_PANEL_ROWS``, or symbolic) and the weight streamed from
+    memory bounds the kernel (decode, a classifier head, a short prefill): a panel is one
+    stream, and panels of a vector give a tile ``nr / lanes`` streams in flight. Interleaved
+    A/B (Xeon, rocketlake, 2 threads): Llama's decode step 11.68 -> 8.92 ms at 128 cached
+    tokens; BERT at 16 tokens 25.4 -> 19.5 ms, Llama at 16 22.1 -> 17.3. Past that no rule
+    found (BERT at 128 tokens 81.1 -> 79.5, resnet18 12.5 -> 12.0, ViT 129.7 -> 147.4)."""
     lanes = lanes_for(target, 32)
-    return lanes if mr == 1 and nr > lanes and nr % lanes == 0 else None
+    rows = static_int(block.dom()[axes.row]) if axes.row is not None else 1
+    whole = nr > lanes and nr % lanes == 0
+    return lanes if whole and (rows is None or rows <= VECTOR_PANEL_ROWS) else None
 
 
 def _is_float_accumulator(sch, block) -> bool:
