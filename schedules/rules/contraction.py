@@ -12,7 +12,7 @@ read along the vector axis does not use, so one vector load feeds ``mr`` FMAs wi
 values of the other operand. Loops: ``[outer spatial tiles, fused, parallel] [reduction]
 [mr rows, unrolled] [nr lanes, vectorized]`` with the ``mr x nr`` accumulator tile in
 registers (a stack buffer, global scope under 1 KiB; or past it, a workspace LLVM keeps in
-registers around one long reduction loop: :func:`~.tile_shape.roomy_holds`), the epilogue
+registers around one long reduction loop: :func:`~.tile_shape.tile_sizes`), the epilogue
 applied as the tile is written back.
 """
 
@@ -32,7 +32,7 @@ from tvm_ext.schedules.rules.axes import (
 from tvm_ext.schedules.rules.fallback import loop_extent, parallel_spatial, static_int, work
 from tvm_ext.schedules.rules.packing import alive, pack_operands, permutation
 from tvm_ext.schedules.rules.padding import inline_window_pads, pad_vector_axis
-from tvm_ext.schedules.rules.tile_shape import past_stack, roomy_holds, statement_runs, tile_sizes
+from tvm_ext.schedules.rules.tile_shape import statement_runs, tile_sizes
 
 from tvm_ext.base import tvm_api
 from tvm_ext.workloads.kernel_base import np_dtype
@@ -48,22 +48,11 @@ VECTOR_PANEL_ROWS = 32  # the most rows whose weight panels are one vector wide 
 
 
 def schedule_func(func, target):
-    try:  # a tile past the stack where roomy_holds clears it, else one within
-        return _padded_or_plain(func, target, roomy=True)
-    except _Cramped:
-        return _padded_or_plain(func, target, roomy=False)
-
-
-class _Cramped(Exception):
-    """A tile past the stack that :func:`~.tile_shape.roomy_holds` does not clear."""
-
-
-def _padded_or_plain(func, target, roomy: bool):
     try:
-        sch = _schedule(tvm_api.Schedule(func), func, target, pad=True, roomy=roomy)
+        sch = _schedule(tvm_api.Schedule(func), func, target, pad=True)
     except tvm_api.ScheduleError:
         sch = None  # the padded computation did not take the schedule: the plain one
-    return sch if sch is not None else _schedule(tvm_api.Schedule(func), func, target, False, roomy)
+    return sch if sch is not None else _schedule(tvm_api.Schedule(func), func, target, pad=False)
 
 
 def one_reduction(sch):
@@ -89,7 +78,7 @@ def one_reduction(sch):
     return pads, main, epilogue
 
 
-def _schedule(sch, func, target, pad: bool, roomy: bool = False):
+def _schedule(sch, func, target, pad: bool):
     shape = one_reduction(sch)
     if shape is None or not _is_float_accumulator(sch, shape[1]):
         return None
@@ -98,13 +87,11 @@ def _schedule(sch, func, target, pad: bool, roomy: bool = False):
     if axes is None:
         return None
     if pad and pad_vector_axis(sch, main, axes, target, weight_names(func)):
-        return _schedule(sch, func, target, pad=False, roomy=roomy)
-    mr, nr = tile_sizes(main, axes, target, roomy=roomy)
+        return _schedule(sch, func, target, pad=False)
+    mr, nr = tile_sizes(main, axes, target, roomy=True)
     packs, weights = pack_operands(sch, func, main, axes, nr, _panel(main, axes, nr, target))
     pads = [p for p in pads if alive(sch, p)]  # a weight's padding went into its panels
     pads, main = inline_window_pads(sch, main, pads, axes)
-    if past_stack(mr, nr) and not roomy_holds(main, axes, mr):
-        raise _Cramped
     if tile(sch, main, axes, target, epilogue[0] if epilogue else None, (mr, nr)):
         pads.append(epilogue[0])  # an elementwise loop nest of its own, scheduled as a pad
     # When the tile loop runs in parallel, so do the copies before it: a 197 x 197 x 256

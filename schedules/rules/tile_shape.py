@@ -64,7 +64,7 @@ def roomy_holds(block, axes: Axes, mr: int) -> bool:
     )
 
 
-def past_stack(mr: int, nr: int) -> bool:
+def _past_stack(mr: int, nr: int) -> bool:
     """Whether an ``mr`` x ``nr`` fp32 tile is past the stack (see roomy_holds)."""
     return mr * nr * 4 >= STACK_TILE_BYTES
 
@@ -95,11 +95,15 @@ def tile_sizes(block, axes: Axes, target, roomy: bool = False) -> tuple[int, int
     16 a 4 x 24 tile would use all of them): BERT's M = 128 rows leave a two-vector tile 4
     rows (the seven that fit do not divide 128), 8 accumulators; 4 x 48 has 12.
 
-    ``roomy``: past ``STACK_TILE_BYTES`` (the registers alone bound the tile), for a caller
-    that has established LLVM keeps such a tile in registers (see :func:`roomy_holds`):
-    BERT's 128 x 3072 x 768 then takes 8 x 48."""
+    ``roomy``: past ``STACK_TILE_BYTES`` (the registers alone bound the tile) where
+    :func:`roomy_holds` says LLVM keeps such a tile in registers, for the contraction's
+    loop nest: BERT's 128 x 3072 x 768 then takes 8 x 48."""
     row = block.dom()[axes.row] if axes.row is not None else None
-    return sizes(static_extents(block), axes, target, row_extent=row, roomy=roomy)
+    if roomy:
+        mr, nr = sizes(static_extents(block), axes, target, row_extent=row, roomy=True)
+        if not _past_stack(mr, nr) or roomy_holds(block, axes, mr):
+            return mr, nr
+    return sizes(static_extents(block), axes, target, row_extent=row)
 
 
 def sizes(dom: list, axes: Axes, target, row_extent=None, roomy: bool = False) -> tuple[int, int]:
@@ -274,7 +278,6 @@ def statement_runs(nr: int, mr: int, lanes: int) -> list[tuple[int, int]]:
 __all__ = [
     "MIN_PASS_ROWS",
     "ROOMY_MIN_STEPS",
-    "past_stack",
     "roomy_holds",
     "sizes",
     "statement_runs",
