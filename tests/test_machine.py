@@ -7,6 +7,7 @@ import pytest
 
 import tvm_ext.hardware.machine as M
 from tvm_ext.base import tvm_api
+from tvm_ext.hardware import isa
 from tvm_ext.hardware.machine_model import Figure, MachineModel
 from tvm_ext.hardware.target import lanes_for
 
@@ -150,6 +151,25 @@ def test_a_kernel_beating_the_roof_raises_it_persisted_with_one_line(
     assert MachineModel.from_json(json.loads(path.read_text())) == again
     monkeypatch.setattr(M, "probe", lambda target: pytest.fail("probed twice"))
     assert M.host_machine(host) == again
+
+
+def test_a_kernel_past_the_hardware_ceiling_is_a_miscount_not_proof(
+    tmp_path, monkeypatch, machine, host, caplog
+):
+    # A layer norm's FLOPs counted on its scheduled form (500x too many) once "ran" at 2.2x
+    # the probed peak and raised the cached fp32 peak to 1.09 TFLOP/s on a 2-core Xeon.
+    path = tmp_path / "machine.json"
+    monkeypatch.setattr(M, "cache_path", lambda target: path)
+    monkeypatch.setattr(M, "_HEALED", set())
+    monkeypatch.setattr(M, "_PENDING", set())
+    path.write_text(json.dumps(machine.to_json()))
+    ceiling = isa.fp32_peak_ceiling(machine.cpu, machine.cores, machine.vector_lanes)
+    with caplog.at_level("WARNING", logger="tvm_ext.hardware.machine"):
+        healed = M.heal(machine, host, flops=2 * ceiling, nbytes=1e3, dtype="float32",
+                        seconds=1.0, label="k")  # fmt: skip
+    assert healed == machine
+    assert MachineModel.from_json(json.loads(path.read_text())) == machine
+    assert any("the count is wrong" in r.getMessage() for r in caplog.records)
 
 
 def test_a_user_model_is_never_rewritten(tmp_path, monkeypatch, machine, host):

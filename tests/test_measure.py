@@ -56,6 +56,24 @@ def test_reference_module_path(host):
         tvm_ext.measure(plain, target=host)
 
 
+def test_flops_are_the_references_not_the_scheduled_functions(host):
+    # TVM's estimate counts a split's predicate as work: 30^3 matmul split by 7 reads 63900
+    # FLOPs scheduled, 54000 + 900 unscheduled. GFLOP/s and the machine model's healing
+    # must rest on the algorithm's count (a layer norm candidate read 500x and "beat" the peak).
+    n = 30
+    A, B = te.placeholder((n, n), name="A"), te.placeholder((n, n), name="B")
+    k = te.reduce_axis((0, n), name="k")
+    C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    D = te.compute((n, n), lambda i, j: C[i, j] + 1.0, name="D")
+    plain = te.create_prim_func([A, B, D])
+    sch = tvm_api.Schedule(plain)
+    i, j, _ = sch.get_loops(sch.get_sblock("C"))
+    sch.split(j, [None, 7])
+    assert tvm_api.estimated_flops(tvm_api.main_func(sch.mod)) > tvm_api.estimated_flops(plain)
+    m = tvm_ext.measure(sch, target=host, reference=plain, repeat=2)
+    assert m.flops == tvm_api.estimated_flops(plain) == 2 * n**3 + n * n
+
+
 def test_mismatched_workload_and_bad_objects(host):
     with pytest.raises(ValueError, match=r"parameter 0 is \(8, 8\) float32"):
         tvm_ext.measure(K.matmul(8, 8, 8).func, K.matmul(4, 4, 4), host)

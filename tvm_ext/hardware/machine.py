@@ -20,6 +20,7 @@ import pathlib
 
 from tvm_ext.base.files import atomic_write, cache_dir
 from tvm_ext.hardware.device import Tracker
+from tvm_ext.hardware.isa import fp32_peak_ceiling
 from tvm_ext.hardware.machine_model import LEVELS, Figure, MachineModel
 from tvm_ext.hardware.machine_probes import probe, probe_device
 from tvm_ext.hardware.target import as_target, host_table_cpu, target_cores, target_cpu
@@ -138,6 +139,13 @@ def heal(model: MachineModel, target, *, flops: float, nbytes: float, dtype: str
     now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     note = f"{label} ran {seconds:.3g} s"
     scale = flops / model.peak(dtype) / seconds if flops else 0.0
+    ceiling = fp32_peak_ceiling(model.cpu, model.cores, model.vector_lanes)
+    if scale > 1.0 and model.peak("float32") * scale > ceiling:
+        # Past what the hardware can do at its top clock: the FLOPs were miscounted, no proof.
+        log.warning("%s: %.3g FLOPs in %.3g s is past the fp32 ceiling of %s x %d cores "
+                    "(%.3g FLOP/s); the count is wrong, the model is not raised",
+                    label, flops, seconds, model.cpu, model.cores, ceiling)  # fmt: skip
+        scale = 0.0
     if scale > 1.0:
         for key, figure in model.peaks.items():
             raised[f"peak.{key}"] = Figure(figure.value * scale, "measured", note, now, True)
