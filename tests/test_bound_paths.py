@@ -51,6 +51,32 @@ def _matmul(n: int, a_dtype: str, b_dtype: str, acc: str):
 # 1. A host CPU LLVM does not know is priced with the tables' conservative branch.
 
 
+def test_a_host_with_features_its_cpu_name_lacks_is_priced_as_unknown(monkeypatch):
+    # This 2-core Xeon VM reports Rocket Lake's family and model with AMX and AVX-512 BF16:
+    # the tables must not price it at Rocket Lake's clock and reorder window.
+    monkeypatch.setattr(target_mod, "_system_cpu", lambda: "rocketlake")
+    features = {f: True for f in target_mod._cpu_features("sapphirerapids", TRIPLE)}
+    monkeypatch.setattr(tvm_api, "global_func", _with_host_features(features))
+    assert target_mod.host_table_cpu(TRIPLE) == "unknown:rocketlake"
+    features = {f: True for f in target_mod._cpu_features("rocketlake", TRIPLE)}
+    monkeypatch.setattr(tvm_api, "global_func", _with_host_features(features))
+    assert target_mod.host_table_cpu(TRIPLE) == "rocketlake"
+
+
+_REAL_GLOBAL_FUNC = tvm_api.global_func
+
+
+def _with_host_features(features: dict):
+    """``tvm_api.global_func`` with the host feature probe answering ``features``."""
+
+    def lookup(name):
+        if name == "tvm.codegen.llvm.GetHostCPUFeatures":
+            return lambda: features
+        return _REAL_GLOBAL_FUNC(name)
+
+    return lookup
+
+
 def test_an_unknown_host_cpu_is_not_priced_as_the_closest_known_one(monkeypatch, tmp_path):
     monkeypatch.setattr(target_mod, "_system_cpu", lambda: "znver9")  # no LLVM knows it
     assert target_mod.host_table_cpu(TRIPLE) == "unknown:znver9"

@@ -104,8 +104,19 @@ def host_table_cpu(triple: str | None = None) -> str:
     triple = triple or host_triple()
     cpu = _system_cpu()
     if cpu and cpu != "generic" and tvm_api.global_func("target.llvm_is_valid_cpu")(cpu, triple):
-        return cpu
+        if not _features_beyond(cpu, triple):
+            return cpu
     return f"unknown:{cpu or 'unnamed'}"
+
+
+def _features_beyond(cpu: str, triple: str) -> frozenset[str]:
+    """Code-generation features this host has and LLVM's ``cpu`` never had. A hypervisor may
+    report another CPU's family and model (a 2-core Xeon VM with AMX, AVX-512 BF16/FP16 and
+    AVX10.1 reads as ``rocketlake``, which has none of them): a CPU with a feature its name
+    lacks is not that CPU, and its tables (clock, reorder window) are not this host's."""
+    host = _true_features(tvm_api.global_func("tvm.codegen.llvm.GetHostCPUFeatures")())
+    extra = host - _cpu_features(cpu, triple)
+    return frozenset(f for f in extra if _CODEGEN_FEATURE.match(f))
 
 
 @functools.lru_cache(maxsize=None)
