@@ -8,6 +8,7 @@ import dataclasses
 
 from tvm_ext.base import tvm_api
 from tvm_ext.base.errors import ScheduleNotApplicable
+from tvm_ext.hardware.fork_join import parallel_min_work
 from tvm_ext.hardware.target import has_feature, lanes_for, vector_bits  # noqa: F401  (re-exported)
 
 # Register-tile accumulators are `global`-scope buffers: TVM's LowerTVMBuiltin puts a CPU
@@ -20,9 +21,17 @@ ACC_SCOPE = "global"
 STACK_TILE_BYTES = 1024
 
 
-# A parallel region costs the thread pool a few microseconds to start and join (tens of
-# thousands of cycles): below this much work (iterations x operations) a loop runs serially.
-PARALLEL_MIN_WORK = 1 << 16
+# A symbolic extent with no declared bound counts as this many iterations: large, so that a
+# loop over a length not known at compile time runs in parallel.
+SYMBOLIC_WORK = 1 << 30
+
+
+def parallel_pays(work: int, target) -> bool:
+    """Whether a loop nest of ``work`` iterations pays for a parallel region on ``target``:
+    the thread pool's wake-up and join, measured on the host
+    (:func:`tvm_ext.hardware.fork_join.parallel_min_work`)."""
+    return work >= parallel_min_work(target)
+
 
 # The bounds of each symbolic dimension ({name: value}, highest and least) of the function
 # being scheduled, when it declares them (its ``tir_var_upper_bound`` / ``tir_var_lower_bound``):
@@ -43,9 +52,9 @@ def assumed_bounds(uppers: dict, lowers: dict):
 
 def symbolic_extent_work(extent) -> int:
     """What a symbolic extent counts for in a block's work: its highest value under the
-    assumed bounds, else ``PARALLEL_MIN_WORK`` (large: a symbolic length runs in parallel)."""
+    assumed bounds, else ``SYMBOLIC_WORK`` (large: a symbolic length runs in parallel)."""
     high = symbolic_extent_high(extent)
-    return PARALLEL_MIN_WORK if high is None else max(high, 1)
+    return SYMBOLIC_WORK if high is None else max(high, 1)
 
 
 def symbolic_extent_high(extent) -> int | None:

@@ -5,6 +5,7 @@ import tempfile
 import pytest
 
 import tvm_ext
+from tvm_ext.hardware import fork_join
 from tvm_ext.hardware.machine import host_machine
 
 _SESSION_CACHE: str | None = None
@@ -23,6 +24,9 @@ def pytest_configure(config):
     if not os.environ.get("TVM_EXT_CACHE_DIR"):
         _SESSION_CACHE = tempfile.mkdtemp(prefix="tvm-ext-test-cache-")
         os.environ["TVM_EXT_CACHE_DIR"] = _SESSION_CACHE
+    # A schedule's shape must not follow a noisy host's fork/join probe: the rules' threshold
+    # for parallel loops is pinned (tests/test_fork_join.py probes it and unpins it).
+    os.environ.setdefault(fork_join.ENV, str(fork_join.DEFAULT_MIN_WORK))
     # Any other tvm-ext cache file this process asks platformdirs for goes there too.
     import platformdirs
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 
-from tvm_ext.schedules.common import ACC_SCOPE, PARALLEL_MIN_WORK, lanes_for
+from tvm_ext.schedules.common import ACC_SCOPE, lanes_for, parallel_pays
 from tvm_ext.schedules.rules.axes import (
     Axes,
     find_axes,
@@ -98,9 +98,10 @@ def _schedule(sch, func, target, pad: bool):
     # matmul with its padding copies serial ran 1.3x faster on 2 threads than on 1 where the
     # 208 x 208 one (no copies) ran 1.9x faster; with the copies in parallel, 168 -> 138 us
     # (Zen 4, 2 threads; likely the pool's idle workers parking during the serial copy).
-    floor = PARALLEL_MIN_WORK if work(main) >= PARALLEL_MIN_WORK else 0
+    tiles_parallel = parallel_pays(work(main), target)
     for stage in pads + [tvm_api.dlight.analysis.get_sblock_info(sch, b) for b in packs]:
-        parallel_spatial(sch, stage, target, vectorize=True, work=max(work(stage), floor))
+        parallel = tiles_parallel or parallel_pays(work(stage), target)
+        parallel_spatial(sch, stage, target, True, parallel)
     for block in weights:  # run once, at compile time, when the caller folds weights
         sch.annotate(block, "meta_schedule.layout_rewrite_preproc", True)
     return sch
@@ -172,7 +173,7 @@ def tile(sch, block, axes: Axes, target, epilogue, sizes: tuple[int, int]) -> bo
         # reduction over the tile's rows (a block of its own: its init split off in it).
         sch.reorder(inner[-1], *reductions, *inner[:-1])
         updates = [sch.get_child_blocks(part)[0] for part in _partition(sch, inner[-1], runs)]
-    if work(block) >= PARALLEL_MIN_WORK:
+    if parallel_pays(work(block), target):
         _parallel(sch, outer)  # before the init is split off: a loop over it must be complete
     if len(runs) == 1:
         init = sch.decompose_reduction(block.block_rv, reductions[0])

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 
-from tvm_ext.schedules.common import PARALLEL_MIN_WORK, lanes_for
+from tvm_ext.schedules.common import lanes_for, parallel_pays
 from tvm_ext.schedules.rules.axes import find_axes, static_extents, streams, vars_of, weight_names
 from tvm_ext.schedules.rules.contraction import one_reduction
 from tvm_ext.schedules.rules.fallback import work
@@ -88,7 +88,7 @@ def schedule_func(func, target):
     sch.vectorize(lane)  # before the init is split off: TVM then still takes it for a reduction
     for loop in row_loops:
         sch.unroll(loop)
-    if work(main) >= PARALLEL_MIN_WORK:
+    if parallel_pays(work(main), target):
         sch.parallel((symbolic + static)[0])
     init = sch.decompose_reduction(partial, chunk if chunk is not None else (row_loops + [lane])[0])
     sch.vectorize(sch.get_loops(init)[-1])

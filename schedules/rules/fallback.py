@@ -8,7 +8,7 @@ fast for none in particular.
 
 from __future__ import annotations
 
-from tvm_ext.schedules.common import PARALLEL_MIN_WORK, symbolic_extent_work
+from tvm_ext.schedules.common import parallel_pays, symbolic_extent_work
 
 from tvm_ext.base import tvm_api
 from tvm_ext.hardware.target import lanes_for
@@ -22,7 +22,9 @@ def schedule_func(func, target):
     if blocks is None:  # not in dlight's normal form: leave it as it is (still correct)
         return sch
     for block in tvm_api.dlight.base.try_inline(sch, blocks):
-        parallel_spatial(sch, block, target, vectorize=block.is_injective(), work=work(block))
+        parallel_spatial(
+            sch, block, target, block.is_injective(), parallel_pays(work(block), target)
+        )
     return sch
 
 
@@ -42,10 +44,11 @@ def static_int(value) -> int | None:
     return int(value.value) if isinstance(value, tvm_api.tirx.IntImm) else None
 
 
-def parallel_spatial(sch, block, target, vectorize: bool, work: int = PARALLEL_MIN_WORK) -> None:
+def parallel_spatial(sch, block, target, vectorize: bool, parallel: bool) -> None:
     """Fuse ``block``'s (a dlight ``SBlockInfo``) leading spatial loops and run them in
-    parallel; with ``vectorize``, split the innermost loop of an all-spatial nest by the
-    target's lanes and vectorize it. Below ``PARALLEL_MIN_WORK`` the loop stays serial.
+    parallel (unless ``parallel`` is False: its work does not pay for the thread pool,
+    ``common.parallel_pays``); with ``vectorize``, split the innermost loop of an all-spatial
+    nest by the target's lanes and vectorize it.
 
     A stored value that selects on the innermost iterator (a concatenation's
     ``if_then_else(480 <= c, x12[c - 480], ...)`` chain, a padding's ``j < 65``) is cut at
@@ -90,10 +93,10 @@ def parallel_spatial(sch, block, target, vectorize: bool, work: int = PARALLEL_M
         lead -= 1
     if lead:
         outer = sch.fuse(*loops[:lead]) if lead > 1 else loops[0]
-        if (loop_extent(sch, outer) or 2) > 1 and work >= PARALLEL_MIN_WORK:
+        if (loop_extent(sch, outer) or 2) > 1 and parallel:
             sch.parallel(outer)
     if pieces is not None:
-        _vectorize_pieces(sch, last, pieces, lanes, parallel=not lead and work >= PARALLEL_MIN_WORK)
+        _vectorize_pieces(sch, last, pieces, lanes, parallel=not lead and parallel)
     if inner is not None:
         sch.vectorize(inner)
     if aligned is not None:

@@ -1,16 +1,17 @@
 """Injective functions: transpose, reshape, broadcast, element-wise chains.
 
 Reads the IR: every block is spatial (no reduction). Chains are inlined into one block per
-output; its leading loops are fused and run in parallel (above ``PARALLEL_MIN_WORK``), its
-innermost loop, which indexes the output's last dimension (unit-stride stores), is split by
-the vector width and vectorized. A block that writes the transpose of what it reads (every
-read strided along the output's last axis, all contiguous along one other) computes a tile
-in the reads' order first and transposes it in one copy (:func:`_through_a_tile`).
+output; its leading loops are fused and run in parallel (when their work pays for the thread
+pool: ``common.parallel_pays``), its innermost loop, which indexes the output's last
+dimension (unit-stride stores), is split by the vector width and vectorized. A block that
+writes the transpose of what it reads (every read strided along the output's last axis, all
+contiguous along one other) computes a tile in the reads' order first and transposes it in
+one copy (:func:`_through_a_tile`).
 """
 
 from __future__ import annotations
 
-from tvm_ext.schedules.common import PARALLEL_MIN_WORK, lanes_for
+from tvm_ext.schedules.common import lanes_for, parallel_pays
 from tvm_ext.schedules.rules.axes import vars_of
 from tvm_ext.schedules.rules.fallback import (
     aligned_width,
@@ -37,9 +38,9 @@ def schedule_func(func, target):
     for block in tvm_api.dlight.base.try_inline(sch, blocks):
         across = _transposed_axis(sch, block, lanes)
         if across is not None:
-            _through_a_tile(sch, block, across, lanes)
+            _through_a_tile(sch, block, across, lanes, target)
         else:
-            parallel_spatial(sch, block, target, vectorize=True, work=work(block))
+            parallel_spatial(sch, block, target, True, parallel_pays(work(block), target))
     return sch
 
 
@@ -80,7 +81,7 @@ def _loads(expr) -> list:
     return [load for child in expr_children(expr) for load in _loads(child)]
 
 
-def _through_a_tile(sch, block, across: int, lanes: int) -> None:
+def _through_a_tile(sch, block, across: int, lanes: int, target) -> None:
     """Compute ``lanes`` output columns at a time into a tile laid out as the reads are
     (vectors along axis ``across``: contiguous loads), then copy the tile to the output in
     vectors along its last axis (one gather from the tile per vector): the Llama key's
@@ -99,7 +100,7 @@ def _through_a_tile(sch, block, across: int, lanes: int) -> None:
     lead = [loop for i, loop in enumerate(loops[:-1]) if i != across]
     sch.reorder(*lead, outer, loops[across], inner)
     row = sch.fuse(*lead, outer)
-    if work(block) >= PARALLEL_MIN_WORK:
+    if parallel_pays(work(block), target):
         sch.parallel(row)
     sch.vectorize(inner)
     sch.compute_at(block.block_rv, row)

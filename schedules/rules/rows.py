@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from tvm_ext.schedules.common import PARALLEL_MIN_WORK, lanes_for, symbolic_extent_least
+from tvm_ext.schedules.common import lanes_for, parallel_pays, symbolic_extent_least
 from tvm_ext.schedules.rules.fallback import loop_extent, static_int, work
 
 from tvm_ext.base import tvm_api
@@ -40,7 +40,7 @@ def schedule_func(func, target):
     stages = _inline_single_use(sch, blocks[:-1])
     lanes = lanes_for(target, 32)
     if any(_odd_reduction(b, lanes) for b in stages) and _one_row_loop(stages, blocks[-1], rows):
-        return _merged(sch, stages, blocks[-1], rows, lanes)
+        return _merged(sch, stages, blocks[-1], rows, lanes, target)
     ordered, partials = [], []
     for block in stages:
         if not block.is_injective():
@@ -52,7 +52,7 @@ def schedule_func(func, target):
     row, outer = _row_loops(sch, sch.get_loops(out)[:rows])
     for block in reversed(ordered):
         sch.compute_at(block, row, preserve_unit_loops=True)
-    if work(blocks[-1]) >= PARALLEL_MIN_WORK:
+    if parallel_pays(work(blocks[-1]), target):
         sch.parallel(outer)
     for partial in partials:
         k1, k0 = lane_and_chunk(sch, partial)
@@ -105,7 +105,7 @@ def _one_row_loop(stages, out, rows: int) -> bool:
     )
 
 
-def _merged(sch, stages, out, rows: int, lanes: int):
+def _merged(sch, stages, out, rows: int, lanes: int, target):
     """The schedule for a row whose reduction no vector divides: each reduction split by
     ``lanes`` under a tail predicate and ``rfactor``-ed where it stands, every stage's row
     loops fused and all merged into one parallel row loop (``merge``), each stage where
@@ -133,7 +133,7 @@ def _merged(sch, stages, out, rows: int, lanes: int):
         row = sch.merge(*[sch.get_loops(block)[0] for block in nests])
         for level in range(1, rows):
             sch.merge(*[sch.get_loops(block)[level] for block in nests])
-    if work(out) >= PARALLEL_MIN_WORK:
+    if parallel_pays(work(out), target):
         sch.parallel(row)
     for partial in partials:
         sch.vectorize(sch.get_loops(partial)[-1])

@@ -12,7 +12,7 @@ whole ``K`` and ``V`` per query row.
 
 from __future__ import annotations
 
-from tvm_ext.schedules.common import PARALLEL_MIN_WORK, lanes_for
+from tvm_ext.schedules.common import lanes_for, parallel_pays
 from tvm_ext.schedules.rules.axes import find_axes
 from tvm_ext.schedules.rules.contraction import tile
 from tvm_ext.schedules.rules.fallback import parallel_spatial, work
@@ -48,7 +48,7 @@ def schedule_func(func, target):
         elif kind == "reduction":
             _parallel_rows(sch, block, target)
         else:
-            parallel_spatial(sch, block, target, vectorize=True, work=work(block))
+            parallel_spatial(sch, block, target, True, parallel_pays(work(block), target))
     return sch
 
 
@@ -58,7 +58,7 @@ def _parallel_rows(sch, block, target) -> None:
     rows = loops[:-1]
     partial = rfactor_lanes(sch, block, lanes_for(target, 32))
     fused = sch.fuse(*rows) if len(rows) > 1 else rows[0]
-    if work(block) >= PARALLEL_MIN_WORK:
+    if parallel_pays(work(block), target):
         sch.parallel(fused)
     if partial is not None:
         sch.compute_at(partial, fused, preserve_unit_loops=True)  # k0 may be a unit loop

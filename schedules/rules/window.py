@@ -23,7 +23,7 @@ and run in parallel, each point's window summed in order, as the unscheduled fun
 
 from __future__ import annotations
 
-from tvm_ext.schedules.common import PARALLEL_MIN_WORK
+from tvm_ext.schedules.common import parallel_pays
 from tvm_ext.schedules.rules.axes import Axes, group_width, static_extents, vars_of, weight_names
 from tvm_ext.schedules.rules.contraction import one_reduction, tile
 from tvm_ext.schedules.rules.fallback import loop_extent, parallel_spatial, work
@@ -59,7 +59,7 @@ def schedule_func(func, target):
         # body inside a parallel closure (33 channels: 10 us serial, 69 us parallel).
         if axes.row is None:
             for stage in [*pads, main, *epilogue]:
-                _parallel_planes(sch, stage)
+                _parallel_planes(sch, stage, target)
         return sch
     # The padding inlined: its condition is one per output point, the same for every lane
     # of a channel vector (a separate pass over a padded copy took 3-4x longer: pooling
@@ -71,19 +71,19 @@ def schedule_func(func, target):
     if tile(sch, main, axes, target, epilogue[0] if epilogue else None, (mr, nr)):
         pads.append(epilogue[0])
     for stage in pads + [tvm_api.dlight.analysis.get_sblock_info(sch, b) for b in packs]:
-        parallel_spatial(sch, stage, target, vectorize=True, work=work(stage))
+        parallel_spatial(sch, stage, target, True, parallel_pays(work(stage), target))
     for block in packed_weights:
         sch.annotate(block, "meta_schedule.layout_rewrite_preproc", True)
     return sch
 
 
-def _parallel_planes(sch, block) -> None:
+def _parallel_planes(sch, block, target) -> None:
     """The block's leading spatial loops but its last two (a plane: height and width) fused
     and run in parallel, the plane's loops left as they are (LLVM vectorizes what it can)."""
     kinds, loops = block.dom_kind(), block.get_loops()
     lead = len(kinds) - len(kinds.lstrip("S"))
     outer = loops[: max(lead - 2, 0)]
-    if work(block) < PARALLEL_MIN_WORK or not outer:
+    if not parallel_pays(work(block), target) or not outer:
         return
     fused = sch.fuse(*outer) if len(outer) > 1 else outer[0]
     if (loop_extent(sch, fused) or 2) > 1:

@@ -1,0 +1,73 @@
+"""The threshold below which the rules keep a loop serial is measured on the host (issue 31:
+"a kernel is parallelized only as far as its work pays for the fork and join")."""
+
+import json
+
+import pytest
+from tvm import te
+from tvm_ext.schedules.rules import schedule_func
+
+from tvm_ext.base import tvm_api
+from tvm_ext.hardware import fork_join
+from tvm_ext.hardware.target import host_target
+
+
+@pytest.fixture
+def unpinned(monkeypatch, tmp_path):
+    """No pinned threshold (conftest pins one), a cache of this test's own."""
+    monkeypatch.delenv(fork_join.ENV, raising=False)
+    monkeypatch.setenv("TVM_EXT_CACHE_DIR", str(tmp_path))
+    fork_join._threshold.cache_clear()
+    yield tmp_path
+    fork_join._threshold.cache_clear()
+
+
+def test_the_probe_finds_where_two_threads_pay_and_one_never_does(unpinned):
+    two, times = fork_join.probe(host_target(num_cores=2))
+    assert two in times and two < fork_join.NEVER
+    serial, parallel = times[two]
+    assert serial >= fork_join.PAYS * parallel
+    # It is the first of two sizes in a row at which parallel paid.
+    paid = [times[n][0] >= fork_join.PAYS * times[n][1] for n in sorted(times) if n <= two]
+    assert paid[-1] and not any(a and b for a, b in zip(paid, paid[1:]))
+    # One thread: the "parallel" loop is the serial one, it never runs 1.25x faster.
+    assert fork_join.probe(host_target(num_cores=1))[0] == fork_join.NEVER
+
+
+def test_the_threshold_is_probed_once_then_read_from_the_cache(unpinned, monkeypatch):
+    host = host_target(num_cores=2)
+    calls = []
+    monkeypatch.setattr(fork_join, "probe", lambda t: calls.append(t) or (4096, {4096: [2, 1]}))
+    assert fork_join.parallel_min_work(host) == 4096
+    [path] = unpinned.glob("parallel-*.json")
+    assert json.loads(path.read_text())["min_work"] == 4096
+    fork_join._threshold.cache_clear()  # a new process reads the file, does not probe
+    assert fork_join.parallel_min_work(host) == 4096 and len(calls) == 1
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps(dict(data, when="2020-01-01T00:00:00+00:00")))
+    fork_join._threshold.cache_clear()  # stale: probed again
+    assert fork_join.parallel_min_work(host) == 4096 and len(calls) == 2
+
+
+def test_a_target_that_cannot_run_here_gets_the_default(unpinned, monkeypatch):
+    monkeypatch.setattr(fork_join, "probe", lambda t: pytest.fail("probed a foreign target"))
+    arm = tvm_api.Target({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "num-cores": 2})
+    assert fork_join.parallel_min_work(arm) == fork_join.DEFAULT_MIN_WORK
+    monkeypatch.setenv(fork_join.ENV, "abc")
+    with pytest.raises(ValueError, match="positive number"):
+        fork_join.parallel_min_work(host_target())
+
+
+def _bias_relu(rows: int, cols: int):
+    x = te.placeholder((rows, cols), name="x")
+    b = te.placeholder((cols,), name="b")
+    y = te.compute((rows, cols), lambda i, j: te.max(x[i, j] + b[j], 0.0), name="y")
+    return te.create_prim_func([x, b, y]).with_attr("global_symbol", "main")
+
+
+@pytest.mark.parametrize("min_work, parallel", [(1 << 10, True), (1 << 20, False)])
+def test_the_rules_run_a_loop_in_parallel_only_past_the_threshold(monkeypatch, min_work, parallel):
+    # 64 x 1024 = 65536 iterations: parallel on a host where 1024 pay, serial where 2^20 do.
+    monkeypatch.setenv(fork_join.ENV, str(min_work))
+    sch, _ = schedule_func(_bias_relu(64, 1024), host_target(num_cores=2))
+    assert ("T.parallel" in sch.mod.script()) == parallel

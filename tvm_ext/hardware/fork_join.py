@@ -1,0 +1,126 @@
+"""What a parallel loop costs on this host: the least work at which running it in parallel pays.
+
+A parallel region wakes the thread pool and joins it: microseconds, that depend on the host
+(its cores, its hypervisor, its pool), not on the kernel. Below some amount of work the
+serial loop is faster; far above it the parallel one is. The rules compare each loop nest's
+work (its iterations, :func:`tvm_ext.schedules.rules.fallback.work`) with
+:func:`parallel_min_work`: probed here, once per CPU model and thread count, on the cheapest
+iteration a rule emits (one vector lane of ``y = 2x + 1``), timed serial and split over the
+target's threads at doubling sizes. The least size at which the parallel loop runs
+:data:`PAYS` times faster than the serial one, at that size and the next (one lucky timing
+is not enough), is the threshold. Heavier iterations pay sooner, so the threshold errs on
+the serial side. Cached beside the machine model (``$TVM_EXT_CACHE_DIR`` or the user cache),
+probed again after :data:`STALE_DAYS`; ``$TVM_EXT_PARALLEL_MIN_WORK`` sets it instead (the
+test suite pins it, so that a schedule's shape does not follow a noisy host). A target this
+host cannot run (another triple, features the host lacks) gets :data:`DEFAULT_MIN_WORK`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import json
+import logging
+import os
+import pathlib
+
+import numpy as np
+
+from tvm_ext.base import tvm_api
+from tvm_ext.base.files import atomic_write, cache_dir
+from tvm_ext.base.host_threads import settle
+from tvm_ext.hardware.device import Runtime
+from tvm_ext.hardware.target import (
+    host_triple,
+    lanes_for,
+    missing_features,
+    target_cores,
+    target_cpu,
+)
+
+log = logging.getLogger(__name__)
+
+ENV = "TVM_EXT_PARALLEL_MIN_WORK"
+DEFAULT_MIN_WORK = 1 << 16  # where nothing is probed: tens of thousands of cycles of work
+PAYS = 1.25  # the parallel loop must run this much faster than the serial one
+SIZES = tuple(1 << k for k in range(8, 23))  # floats: 1 KiB to 16 MiB per operand
+NEVER = 1 << 62  # no size paid: every loop stays serial (one thread)
+STALE_DAYS = 30
+
+
+def parallel_min_work(target) -> int:
+    """Iterations below which a loop nest runs serially on ``target`` (see the module)."""
+    if os.environ.get(ENV):
+        value = os.environ[ENV]
+        if not value.isdigit() or int(value) < 1:
+            raise ValueError(f"${ENV}={value!r}: give a positive number of loop iterations")
+        return int(value)
+    return _threshold(str(target), str(cache_dir()))
+
+
+def _runs_here(target) -> bool:
+    triple = str(target.attrs.get("mtriple", "")) or host_triple()
+    return triple == host_triple() and not missing_features(target)
+
+
+@functools.lru_cache(maxsize=16)
+def _threshold(target_text: str, folder: str) -> int:
+    """The threshold for ``target_text``: cached in ``folder`` (probed when missing or
+    stale), read once per process."""
+    target = tvm_api.Target(target_text)
+    if target.kind.name != "llvm" or not _runs_here(target):
+        return DEFAULT_MIN_WORK
+    path = pathlib.Path(folder) / f"parallel-{target_cpu(target)}-{target_cores(target)}c.json"
+    now = datetime.datetime.now(datetime.timezone.utc)
+    try:
+        data = json.loads(path.read_text())
+        age = now - datetime.datetime.fromisoformat(data["when"])
+        if age < datetime.timedelta(days=STALE_DAYS):
+            return int(data["min_work"])
+    except FileNotFoundError:
+        pass
+    except (ValueError, KeyError, TypeError) as err:
+        log.warning("ignoring unreadable %s (%s); probing again", path, err)
+    min_work, times = probe(target)
+    record = {"min_work": min_work, "when": now.isoformat(timespec="seconds"),
+              "how": f"least floats of y = 2x + 1 at which parallel ran {PAYS}x faster, twice",
+              "seconds": times}  # fmt: skip
+    atomic_write(path, json.dumps(record, indent=2))
+    log.info("parallel loops pay from %d iterations on this host (%s)", min_work, path)
+    return min_work
+
+
+def probe(target) -> tuple[int, dict]:
+    """(threshold, {size: [serial s, parallel s]}) measured on this host for ``target``."""
+    cores, lanes = target_cores(target), lanes_for(target, 32)
+    rows = tvm_api.te.var("rows")
+    a = tvm_api.te.placeholder((cores, rows, lanes), "float32", name="a")
+    y = tvm_api.te.compute(a.shape, lambda p, r, v: a[p, r, v] * 2.0 + 1.0, name="y")
+    func = tvm_api.te.create_prim_func([a, y]).with_attr("global_symbol", "main")
+    libs = []
+    for parallel in (False, True):
+        sch = tvm_api.Schedule(func)
+        p, _, v = sch.get_loops(sch.get_sblock("y"))
+        sch.vectorize(v)
+        if parallel:
+            sch.parallel(p)
+        libs.append(tvm_api.build(sch.mod, target))
+    runtime = Runtime(target)
+    times, paid = {}, []
+    settle()
+    with runtime.threads_context():
+        for n in SIZES:
+            count = max(n // (cores * lanes), 1)
+            x = np.ones((cores, count, lanes), "float32")
+            args = [tvm_api.tensor(x, runtime.dev), tvm_api.tensor(np.empty_like(x), runtime.dev)]
+            times[cores * count * lanes] = pair = [_seconds(lib, args, runtime) for lib in libs]
+            paid = paid + [cores * count * lanes] if pair[0] >= PAYS * pair[1] else []
+            if len(paid) == 2:
+                return paid[0], times
+    return NEVER, times
+
+
+def _seconds(lib, args, runtime) -> float:
+    ev = lib.time_evaluator(lib.entry_name, runtime.dev, number=1, repeat=7, min_repeat_ms=5)
+    ev(*args)  # warm the pool and the caches
+    return float(min(ev(*args).results))
