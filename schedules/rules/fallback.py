@@ -69,6 +69,7 @@ def parallel_spatial(sch, block, target, vectorize: bool, parallel: bool) -> Non
     lead = len(kinds) - len(kinds.lstrip("S"))
     if lead == 0:
         return
+    vectorize = vectorize and not calls_libm(sch.get(block.block_rv).body)
     inner = None
     lanes = lanes_for(target, 32)
     last_extent = loop_extent(sch, loops[-1])
@@ -188,6 +189,25 @@ def expr_children(expr) -> list:
     if hasattr(expr, "a") and hasattr(expr, "b"):
         return [expr.a, expr.b]
     return []
+
+
+# Math calls LLVM has no vector instruction for: vectorized, each lane becomes a call to
+# libm with the vector spilled around it (every vector register is caller-saved).
+LIBM_CALLS = frozenset(f"tirx.{name}" for name in (
+    "exp", "exp2", "exp10", "expm1", "log", "log2", "log10", "log1p", "pow", "erf", "tanh",
+    "sigmoid", "sin", "cos", "tan", "sinh", "cosh", "asin", "acos", "atan", "atan2",
+))  # fmt: skip
+
+
+def calls_libm(stmt) -> bool:
+    """Whether a block body's stored value calls a math function of :data:`LIBM_CALLS`."""
+
+    def visit(expr) -> bool:
+        if isinstance(expr, tvm_api.ir.Call) and str(getattr(expr.op, "name", "")) in LIBM_CALLS:
+            return True
+        return any(visit(child) for child in expr_children(expr))
+
+    return isinstance(stmt, tvm_api.tirx.BufferStore) and visit(stmt.value)
 
 
 def _is_var(expr, var) -> bool:
