@@ -23,22 +23,24 @@ def unpinned(monkeypatch, tmp_path):
 
 
 def test_the_probe_finds_where_two_threads_pay_and_one_never_does(unpinned):
-    two, times = fork_join.probe(host_target(num_cores=2))
+    found = fork_join.probe(host_target(num_cores=2))
+    two, times = found["min_work"], found["seconds"]
     assert two in times and two < fork_join.NEVER
-    serial, parallel = times[two]
-    assert serial >= fork_join.PAYS * parallel
     # It is the first of two sizes in a row at which parallel paid.
     paid = [times[n][0] >= fork_join.PAYS * times[n][1] for n in sorted(times) if n <= two]
     assert paid[-1] and not any(a and b for a, b in zip(paid, paid[1:]))
+    # A call to libm's expf costs several of the cheap loop's vector lanes on any x86 core.
+    assert found["libm_weight"] > 2
     # One thread: the "parallel" loop is the serial one, it never runs 1.25x faster.
-    assert fork_join.probe(host_target(num_cores=1))[0] == fork_join.NEVER
+    assert fork_join.probe(host_target(num_cores=1))["min_work"] == fork_join.NEVER
 
 
 def test_the_threshold_is_probed_once_then_read_from_the_cache(unpinned, monkeypatch):
     host = host_target(num_cores=2)
     calls = []
-    monkeypatch.setattr(fork_join, "probe", lambda t: calls.append(t) or (4096, {4096: [2, 1]}))
-    assert fork_join.parallel_min_work(host) == 4096
+    record = {"min_work": 4096, "libm_weight": 10.0, "seconds": {4096: [2, 1]}}
+    monkeypatch.setattr(fork_join, "probe", lambda t: calls.append(t) or record)
+    assert fork_join.parallel_min_work(host) == 4096 and fork_join.libm_weight(host) == 10
     [path] = unpinned.glob("parallel-*.json")
     assert json.loads(path.read_text())["min_work"] == 4096
     fork_join._threshold.cache_clear()  # a new process reads the file, does not probe
@@ -71,3 +73,25 @@ def test_the_rules_run_a_loop_in_parallel_only_past_the_threshold(monkeypatch, m
     monkeypatch.setenv(fork_join.ENV, str(min_work))
     sch, _ = schedule_func(_bias_relu(64, 1024), host_target(num_cores=2))
     assert ("T.parallel" in sch.mod.script()) == parallel
+
+
+def _rows(n: int, libm: bool):
+    """A 12 x n x n softmax (exp: a libm call), or the same row normalization without exp."""
+    x = te.placeholder((12, n, n), name="x")
+    k = te.reduce_axis((0, n), name="k")
+    e = te.compute(x.shape, lambda h, i, j: te.exp(x[h, i, j]) if libm else x[h, i, j] * 2.0,
+                   name="e")  # fmt: skip
+    total = te.compute((12, n), lambda h, i: te.sum(e[h, i, k], axis=k), name="total")
+    y = te.compute(x.shape, lambda h, i, j: e[h, i, j] / total[h, i], name="y")
+    return te.create_prim_func([x, y]).with_attr("global_symbol", "main")
+
+
+def test_a_loop_of_libm_calls_runs_in_parallel_sooner(unpinned, monkeypatch):
+    # 12 x 16 x 16 = 3072 iterations: serial as cheap ones (65536 pay), in parallel as calls
+    # to expf worth 30 each (a 12 x 16 x 16 softmax 13.3 us serial, 7.7 us on 2 threads).
+    record = {"min_work": 1 << 16, "libm_weight": 30.0, "seconds": {}}
+    monkeypatch.setattr(fork_join, "probe", lambda t: record)
+    host = host_target(num_cores=2)
+    for libm in (True, False):
+        sch, rule = schedule_func(_rows(16, libm), host)
+        assert rule == "rows" and ("T.parallel" in sch.mod.script()) == libm

@@ -22,9 +22,7 @@ def schedule_func(func, target):
     if blocks is None:  # not in dlight's normal form: leave it as it is (still correct)
         return sch
     for block in tvm_api.dlight.base.try_inline(sch, blocks):
-        parallel_spatial(
-            sch, block, target, block.is_injective(), parallel_pays(work(block), target)
-        )
+        parallel_spatial(sch, block, target, block.is_injective(), pays(sch, [block], target))
     return sch
 
 
@@ -35,6 +33,14 @@ def work(block) -> int:
     for extent in block.dom():
         total *= static_int(extent) or symbolic_extent_work(extent)
     return total
+
+
+def pays(sch, blocks, target) -> bool:
+    """Whether the loop nest of ``blocks[-1]`` (dlight ``SBlockInfo``), with the stages
+    ``blocks`` computed inside it, pays for a parallel region: its iterations, each worth a
+    libm call where a stage makes one (``common.parallel_pays``)."""
+    libm = any(calls_libm(sch.get(b.block_rv).body) for b in blocks)
+    return parallel_pays(work(blocks[-1]), target, libm)
 
 
 def static_int(value) -> int | None:

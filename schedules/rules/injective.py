@@ -11,7 +11,7 @@ one copy (:func:`_through_a_tile`).
 
 from __future__ import annotations
 
-from tvm_ext.schedules.common import lanes_for, parallel_pays
+from tvm_ext.schedules.common import lanes_for
 from tvm_ext.schedules.rules.axes import vars_of
 from tvm_ext.schedules.rules.fallback import (
     aligned_width,
@@ -19,9 +19,9 @@ from tvm_ext.schedules.rules.fallback import (
     expr_children,
     loop_extent,
     parallel_spatial,
+    pays,
     static_int,
     vector_runs,
-    work,
 )
 
 from tvm_ext.base import tvm_api
@@ -40,7 +40,7 @@ def schedule_func(func, target):
         if across is not None:
             _through_a_tile(sch, block, across, lanes, target)
         else:
-            parallel_spatial(sch, block, target, True, parallel_pays(work(block), target))
+            parallel_spatial(sch, block, target, True, pays(sch, [block], target))
     return sch
 
 
@@ -100,7 +100,7 @@ def _through_a_tile(sch, block, across: int, lanes: int, target) -> None:
     lead = [loop for i, loop in enumerate(loops[:-1]) if i != across]
     sch.reorder(*lead, outer, loops[across], inner)
     row = sch.fuse(*lead, outer)
-    if parallel_pays(work(block), target):
+    if pays(sch, [block], target):
         sch.parallel(row)
     sch.vectorize(inner)
     sch.compute_at(block.block_rv, row)

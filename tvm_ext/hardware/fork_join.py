@@ -55,6 +55,17 @@ def parallel_min_work(target) -> int:
         if not value.isdigit() or int(value) < 1:
             raise ValueError(f"${ENV}={value!r}: give a positive number of loop iterations")
         return int(value)
+    return _probed(target)["min_work"]
+
+
+def libm_weight(target) -> float:
+    """How many of the probe's cheap iterations one call to libm's ``expf`` costs on this host
+    (a loop of such calls pays for a parallel region that many times sooner); 1 where nothing
+    is probed or ``$TVM_EXT_PARALLEL_MIN_WORK`` sets the threshold."""
+    return 1.0 if os.environ.get(ENV) else _probed(target)["libm_weight"]
+
+
+def _probed(target) -> dict:
     return _threshold(str(target), str(cache_dir()))
 
 
@@ -64,60 +75,78 @@ def _runs_here(target) -> bool:
 
 
 @functools.lru_cache(maxsize=16)
-def _threshold(target_text: str, folder: str) -> int:
-    """The threshold for ``target_text``: cached in ``folder`` (probed when missing or
+def _threshold(target_text: str, folder: str) -> dict:
+    """The probe's record for ``target_text``: cached in ``folder`` (probed when missing or
     stale), read once per process."""
     target = tvm_api.Target(target_text)
     if target.kind.name != "llvm" or not _runs_here(target):
-        return DEFAULT_MIN_WORK
+        return {"min_work": DEFAULT_MIN_WORK, "libm_weight": 1.0}
     path = pathlib.Path(folder) / f"parallel-{target_cpu(target)}-{target_cores(target)}c.json"
     now = datetime.datetime.now(datetime.timezone.utc)
     try:
         data = json.loads(path.read_text())
         age = now - datetime.datetime.fromisoformat(data["when"])
         if age < datetime.timedelta(days=STALE_DAYS):
-            return int(data["min_work"])
+            return {"min_work": int(data["min_work"]), "libm_weight": float(data["libm_weight"])}
     except FileNotFoundError:
         pass
     except (ValueError, KeyError, TypeError) as err:
         log.warning("ignoring unreadable %s (%s); probing again", path, err)
-    min_work, times = probe(target)
-    record = {"min_work": min_work, "when": now.isoformat(timespec="seconds"),
-              "how": f"least floats of y = 2x + 1 at which parallel ran {PAYS}x faster, twice",
-              "seconds": times}  # fmt: skip
-    atomic_write(path, json.dumps(record, indent=2))
-    log.info("parallel loops pay from %d iterations on this host (%s)", min_work, path)
-    return min_work
+    record = probe(target)
+    how = f"least floats of y = 2x + 1 at which parallel ran {PAYS}x faster, twice"
+    atomic_write(path, json.dumps(dict(record, when=now.isoformat(timespec="seconds"),
+                                       how=how), indent=2))  # fmt: skip
+    log.info("parallel loops pay from %d iterations on this host (%s)", record["min_work"], path)
+    return {"min_work": record["min_work"], "libm_weight": record["libm_weight"]}
 
 
-def probe(target) -> tuple[int, dict]:
-    """(threshold, {size: [serial s, parallel s]}) measured on this host for ``target``."""
+def probe(target) -> dict:
+    """What this host's parallel loops cost for ``target``: ``min_work`` (the threshold),
+    ``libm_weight`` (serial seconds of a loop of ``expf`` calls over those of the cheap loop,
+    at the threshold's size) and ``seconds`` ({size: [serial, parallel]} of the cheap loop)."""
     cores, lanes = target_cores(target), lanes_for(target, 32)
     rows = tvm_api.te.var("rows")
     a = tvm_api.te.placeholder((cores, rows, lanes), "float32", name="a")
     y = tvm_api.te.compute(a.shape, lambda p, r, v: a[p, r, v] * 2.0 + 1.0, name="y")
-    func = tvm_api.te.create_prim_func([a, y]).with_attr("global_symbol", "main")
+    e = tvm_api.te.compute(a.shape, lambda p, r, v: tvm_api.te.exp(a[p, r, v]), name="e")
     libs = []
     for parallel in (False, True):
-        sch = tvm_api.Schedule(func)
+        sch = tvm_api.Schedule(
+            tvm_api.te.create_prim_func([a, y]).with_attr("global_symbol", "main")
+        )
         p, _, v = sch.get_loops(sch.get_sblock("y"))
         sch.vectorize(v)
         if parallel:
             sch.parallel(p)
         libs.append(tvm_api.build(sch.mod, target))
+    exp = tvm_api.build(
+        tvm_api.te.create_prim_func([a, e]).with_attr("global_symbol", "main"), target
+    )  # fmt: skip  (a plain loop, as the rules leave a libm call)
     runtime = Runtime(target)
-    times, paid = {}, []
+    times, paid, found = {}, [], NEVER
     settle()
     with runtime.threads_context():
         for n in SIZES:
-            count = max(n // (cores * lanes), 1)
-            x = np.ones((cores, count, lanes), "float32")
-            args = [tvm_api.tensor(x, runtime.dev), tvm_api.tensor(np.empty_like(x), runtime.dev)]
-            times[cores * count * lanes] = pair = [_seconds(lib, args, runtime) for lib in libs]
-            paid = paid + [cores * count * lanes] if pair[0] >= PAYS * pair[1] else []
+            args = _arrays(n, cores, lanes, runtime)
+            times[_size(n, cores, lanes)] = pair = [_seconds(lib, args, runtime) for lib in libs]
+            paid = paid + [_size(n, cores, lanes)] if pair[0] >= PAYS * pair[1] else []
             if len(paid) == 2:
-                return paid[0], times
-    return NEVER, times
+                found = paid[0]
+                break
+        at = _size(min(found, 1 << 14), cores, lanes)  # in cache, as the threshold's sizes are
+        cheap = times.get(at, [None])[0] or _seconds(libs[0], _arrays(at, cores, lanes, runtime),
+                                                     runtime)  # fmt: skip
+        calls = _seconds(exp, _arrays(at, cores, lanes, runtime), runtime)
+    return {"min_work": found, "libm_weight": max(calls / cheap, 1.0), "seconds": times}
+
+
+def _size(n: int, cores: int, lanes: int) -> int:
+    return cores * max(n // (cores * lanes), 1) * lanes
+
+
+def _arrays(n: int, cores: int, lanes: int, runtime) -> list:
+    x = np.ones((cores, max(n // (cores * lanes), 1), lanes), "float32")
+    return [tvm_api.tensor(x, runtime.dev), tvm_api.tensor(np.empty_like(x), runtime.dev)]
 
 
 def _seconds(lib, args, runtime) -> float:
