@@ -98,14 +98,20 @@ def test_a_figure_is_probed_again_when_undated_stale_or_provisional(machine):
     assert M.needs_probe(_dated(machine, "2026-12-04T09:00:00+00:00", True), now)
 
 
-def test_a_kernel_beating_the_roof_raises_it_persisted_with_one_line(
-    tmp_path, monkeypatch, machine, host, caplog
-):
+@pytest.fixture
+def cache_file(tmp_path, monkeypatch):
+    """This host's machine cache at a path of the test's own, no process state carried."""
     path = tmp_path / "machine.json"
     monkeypatch.setattr(M, "cache_path", lambda target: path)
-    monkeypatch.setattr(M, "_HEALED", set())
-    monkeypatch.setattr(M, "_PENDING", set())
-    monkeypatch.setattr(M, "_REFRESHED", set())
+    for name in ("_HEALED", "_PENDING", "_REFRESHED"):
+        monkeypatch.setattr(M, name, set())
+    return path
+
+
+def test_a_kernel_beating_the_roof_raises_it_persisted_with_one_line(
+    cache_file, monkeypatch, machine, host, caplog
+):
+    path = cache_file
     true = _dated(machine, datetime.datetime.now(datetime.timezone.utc).isoformat())
     # Halved, as a probe taken while a neighbour held a core reads.
     low = dataclasses.replace(
@@ -154,14 +160,11 @@ def test_a_kernel_beating_the_roof_raises_it_persisted_with_one_line(
 
 
 def test_a_kernel_past_the_hardware_ceiling_is_a_miscount_not_proof(
-    tmp_path, monkeypatch, machine, host, caplog
+    cache_file, machine, host, caplog
 ):
     # A layer norm's FLOPs counted on its scheduled form (500x too many) once "ran" at 2.2x
     # the probed peak and raised the cached fp32 peak to 1.09 TFLOP/s on a 2-core Xeon.
-    path = tmp_path / "machine.json"
-    monkeypatch.setattr(M, "cache_path", lambda target: path)
-    monkeypatch.setattr(M, "_HEALED", set())
-    monkeypatch.setattr(M, "_PENDING", set())
+    path = cache_file
     path.write_text(json.dumps(machine.to_json()))
     ceiling = isa.fp32_peak_ceiling(machine.cpu, machine.cores, machine.vector_lanes)
     with caplog.at_level("WARNING", logger="tvm_ext.hardware.machine"):

@@ -9,10 +9,12 @@ iteration a rule emits (one vector lane of ``y = 2x + 1``), timed serial and spl
 target's threads at doubling sizes. The least size at which the parallel loop runs
 :data:`PAYS` times faster than the serial one, at that size and the next (one lucky timing
 is not enough), is the threshold. Heavier iterations pay sooner, so the threshold errs on
-the serial side. Cached beside the machine model (``$TVM_EXT_CACHE_DIR`` or the user cache),
-probed again after :data:`STALE_DAYS`; ``$TVM_EXT_PARALLEL_MIN_WORK`` sets it instead (the
-test suite pins it, so that a schedule's shape does not follow a noisy host). A target this
-host cannot run (another triple, features the host lacks) gets :data:`DEFAULT_MIN_WORK`.
+the serial side; the heaviest the rules leave, a call to libm (``expf``: no vector form), is
+timed too, and :func:`libm_weight` says how many cheap iterations one is worth. Cached
+beside the machine model (``$TVM_EXT_CACHE_DIR`` or the user cache), probed again after
+:data:`STALE_DAYS`; ``$TVM_EXT_PARALLEL_MIN_WORK`` sets the threshold instead (the test suite
+pins it, so that a schedule's shape does not follow a noisy host). A target this host cannot
+run (another triple, features the host lacks) gets :data:`DEFAULT_MIN_WORK`.
 """
 
 from __future__ import annotations
