@@ -17,9 +17,9 @@ def unpinned(monkeypatch, tmp_path):
     """No pinned threshold (conftest pins one), a cache of this test's own."""
     monkeypatch.delenv(fork_join.ENV, raising=False)
     monkeypatch.setenv("TVM_EXT_CACHE_DIR", str(tmp_path))
-    fork_join._threshold.cache_clear()
+    fork_join._record.cache_clear()
     yield tmp_path
-    fork_join._threshold.cache_clear()
+    fork_join._record.cache_clear()
 
 
 def test_the_probe_finds_where_two_threads_pay_and_one_never_does(unpinned):
@@ -43,11 +43,11 @@ def test_the_threshold_is_probed_once_then_read_from_the_cache(unpinned, monkeyp
     assert fork_join.parallel_min_work(host) == 4096 and fork_join.libm_weight(host) == 10
     [path] = unpinned.glob("parallel-*.json")
     assert json.loads(path.read_text())["min_work"] == 4096
-    fork_join._threshold.cache_clear()  # a new process reads the file, does not probe
+    fork_join._record.cache_clear()  # a new process reads the file, does not probe
     assert fork_join.parallel_min_work(host) == 4096 and len(calls) == 1
     data = json.loads(path.read_text())
     path.write_text(json.dumps(dict(data, when="2020-01-01T00:00:00+00:00")))
-    fork_join._threshold.cache_clear()  # stale: probed again
+    fork_join._record.cache_clear()  # stale: probed again
     assert fork_join.parallel_min_work(host) == 4096 and len(calls) == 2
 
 

@@ -68,7 +68,7 @@ def libm_weight(target) -> float:
 
 
 def _probed(target) -> dict:
-    return _threshold(str(target), str(cache_dir()))
+    return _record(str(target), str(cache_dir()))
 
 
 def _runs_here(target) -> bool:
@@ -77,7 +77,7 @@ def _runs_here(target) -> bool:
 
 
 @functools.lru_cache(maxsize=16)
-def _threshold(target_text: str, folder: str) -> dict:
+def _record(target_text: str, folder: str) -> dict:
     """The probe's record for ``target_text``: cached in ``folder`` (probed when missing or
     stale), read once per process."""
     target = tvm_api.Target(target_text)
