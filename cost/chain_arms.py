@@ -49,9 +49,9 @@ from tvm_ext.built_code.machine_code import CodeFacts
 from tvm_ext.hardware.isa import (
     FMA_PIPES,
     FP_PIPES,
-    MAX_BOOST_GHZ,
     fma_lanes_per_cycle,
     max_boost_hz,
+    named,
 )
 
 from .code_arms import FLOAT_DTYPES
@@ -148,7 +148,7 @@ def chain_step_arm(c: CandidateFeatures, code: CodeFacts, cpu: str,
     """Seconds the reduction chains' own instructions take to issue (``compute@chain`` in
     the module docstring), or None when no add-class chain's width is known. ``chains``: the
     blocks' :func:`chain_widths`, when already read (of the whole candidate)."""
-    fused = cpu in MAX_BOOST_GHZ and not code.chain_unfused
+    fused = named(cpu) and not code.chain_unfused
     fma_cycles = fp_cycles = 0.0
     chains = chain_widths(c, code) if chains is None else chains
     for b, chain in zip(c.blocks, chains):

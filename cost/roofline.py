@@ -147,7 +147,7 @@ class RooflinePolicy(ExecutionCostPolicy):
         ceiling = isa.fp32_peak_ceiling(cpu, limits.cores, lanes)
         peak = max(ceiling, limits.peak("float32") * s)
         cycle = 1.0 / isa.max_boost_hz(cpu)
-        known = cpu in isa.MAX_BOOST_GHZ
+        known = isa.named(cpu)
         ports = isa.port_limits(cpu)
         return {
             "lane_flop": limits.cores * lanes / peak,

@@ -112,6 +112,59 @@ def test_an_unknown_cpu_is_never_priced_above_a_named_one():
             assert seconds <= named[arm] * (1 + 1e-9), (cpu, arm)
 
 
+# 1b. A server die is priced at its own fastest clock, and only when the host can be it.
+
+
+def test_a_server_die_is_priced_at_its_own_clock_and_its_cores_tables(tmp_path):
+    genoa = isa.table_cpu("znver4", "AuthenticAMD", 25, 17)
+    assert genoa == "znver4+genoa" and isa.named(genoa)
+    assert isa.max_boost_hz(genoa) < isa.max_boost_hz("znver4")
+    for table in (isa.reorder_window, isa.port_limits, isa.stores_per_cycle):
+        assert table(genoa) == table("znver4")
+    assert isa.fma_lanes_per_cycle(genoa, 16) == isa.fma_lanes_per_cycle("znver4", 16)
+    # A neighbouring model is another part (family 25 model 24: Threadripper 7000, 5.1 GHz),
+    # and a die listed under another microarchitecture is not this host's.
+    assert isa.table_cpu("znver4", "AuthenticAMD", 25, 24) == "znver4"
+    assert isa.table_cpu("znver5", "AuthenticAMD", 25, 17) == "znver5"
+    assert isa.table_cpu("znver4", "GenuineIntel", 25, 17) == "znver4"
+    # The bound on a die is the microarchitecture's scaled by the clocks, arm by arm.
+    func = _matmul(64, "float32", "float32", "float32")
+    die, arch = _arms(func, _target(), genoa), _arms(func, _target(), "znver4")
+    clock = isa.max_boost_hz("znver4") / isa.max_boost_hz(genoa)
+    for arm in ("compute", "issue", "dependency"):
+        assert die[arm] == pytest.approx(arch[arm] * clock), arm
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\n"
+                    "model\t\t: 17\nmodel name\t: AMD EPYC\n\nprocessor\t: 1\n")  # fmt: skip
+    assert target_mod.cpuid(str(info)) == ("AuthenticAMD", 25, 17)
+    assert target_mod.cpuid(str(tmp_path / "absent")) == ("", 0, 0)
+
+
+def test_a_die_the_probed_clock_outruns_is_priced_as_its_microarchitecture(monkeypatch, tmp_path):
+    # A VM may report a server die's CPUID on a desktop part: the FMA chain's clock tells.
+    monkeypatch.setattr(machine_probes, "host_table_cpu", lambda triple=None: "znver4+genoa")
+    monkeypatch.setattr(machine_probes, "probe_read_bandwidth", lambda *a, **k: 1e11)
+    monkeypatch.setattr(machine_probes, "probe_copy_bandwidth", lambda *a, **k: 1e11)
+    monkeypatch.setattr(machine_probes, "missing_features", lambda t: [])
+    host = _target()
+    for ghz, expected in ((3.67, "znver4+genoa"), (5.5, "znver4")):
+        step = isa.MIN_FMA_LATENCY_CYCLES / (ghz * 1e9)
+        monkeypatch.setattr(machine_probes, "compute_samples",
+                            lambda target, cores, s=step: ([1e11] * 3, [s] * 3))  # fmt: skip
+        assert machine_probes.probe(host).cpu == expected, ghz
+    # The model the probe priced as the microarchitecture is this host's: not probed again.
+    monkeypatch.setenv("TVM_EXT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(target_mod, "_system_cpu", lambda: "znver4")
+    monkeypatch.setattr(target_mod, "_features_beyond", lambda cpu, triple: frozenset())
+    monkeypatch.setattr(target_mod, "cpuid", lambda: ("AuthenticAMD", 25, 17))
+    from tvm_ext.hardware import machine
+
+    model = machine_probes.probe(host)
+    machine.cache_path(host).write_text(__import__("json").dumps(model.to_json()))
+    monkeypatch.setattr(machine, "probe", lambda target: pytest.fail("probed again"))
+    assert host_machine(host).cpu == "znver4"
+
+
 # 4. ... and at stage 1 with the wider ports stage 2 allows it.
 
 

@@ -38,7 +38,11 @@ from the vendors' optimization manuals and published instruction tables:
   does not name);
 - no more than :func:`reorder_window` instructions are in flight (the reorder buffer);
 - no core of a microarchitecture clocks above the fastest boost of its fastest part
-  (``MAX_BOOST_GHZ``, keyed by LLVM's CPU name; an unknown CPU gets ``UNKNOWN_BOOST_GHZ``).
+  (``MAX_BOOST_GHZ``, keyed by LLVM's CPU name; an unknown CPU gets ``UNKNOWN_BOOST_GHZ``);
+  a server die whose CPUID family and model no desktop part shares clocks no faster than its
+  own fastest part (``PART_BOOST_GHZ``: an EPYC 9004 below the Ryzen 7950X's 5.7 GHz). Its
+  table name is ``"<LLVM name>+<die>"`` (:func:`table_cpu`); every other table is the
+  microarchitecture's.
 """
 
 from __future__ import annotations
@@ -81,6 +85,19 @@ MAX_BOOST_GHZ = {
     "znver5": 5.8,
 }
 
+# Server dies by CPUID (vendor, family, model), exact: a neighbouring model may be a faster
+# part of the same microarchitecture (family 25 model 24 is the 5.1 GHz Threadripper 7000).
+# AMD's CPUIDs and fastest boosts: EPYC 9004 "Genoa"/"Genoa-X", CPUID A10F11 (family 25,
+# model 17), fastest the 9174F at 4.4 GHz; EPYC 9005 "Turin", CPUID B00F21 (family 26, model
+# 2), fastest the 9175F at 5.0 GHz. Rounded up by 0.1 GHz. A hypervisor may report another
+# CPU's family and model, so the probe checks the clock it measures against the die's
+# (:func:`tvm_ext.hardware.machine_probes.probe`) and prices the microarchitecture otherwise.
+SERVER_DIES = {
+    ("AuthenticAMD", 25, 17): ("znver4", "genoa"),
+    ("AuthenticAMD", 26, 2): ("znver5", "turin"),
+}
+PART_BOOST_GHZ = {"genoa": 4.5, "turin": 5.1}
+
 # fp32 lanes an FMA pipe processes per pass, where narrower than the widest register: a table
 # value too small would make the bound wrong, so only documented narrow datapaths are listed.
 FMA_DATAPATH_LANES = {"znver1": 4, "znver4": 8}
@@ -113,21 +130,42 @@ REORDER_WINDOW = {
 MAX_REORDER_WINDOW = 576
 
 
+def table_cpu(llvm_cpu: str, vendor: str, family: int, model: int) -> str:
+    """The tables' name for a host LLVM calls ``llvm_cpu`` with CPUID ``vendor``, ``family``
+    and ``model``: ``"<llvm_cpu>+<die>"`` for a server die :data:`SERVER_DIES` lists under
+    that microarchitecture, else ``llvm_cpu``."""
+    arch, die = SERVER_DIES.get((vendor, family, model), (None, None))
+    return f"{llvm_cpu}+{die}" if arch == llvm_cpu else llvm_cpu
+
+
+def microarchitecture(cpu: str) -> str:
+    """``cpu`` without its server die: the name the pipe and window tables know."""
+    return cpu.partition("+")[0]
+
+
+def named(cpu: str) -> bool:
+    """Whether the tables name ``cpu``'s microarchitecture (else the unknown-CPU branch)."""
+    return microarchitecture(cpu) in MAX_BOOST_GHZ
+
+
 def max_boost_hz(cpu: str) -> float:
-    """The fastest clock any core of LLVM CPU ``cpu`` can run at, in Hz."""
-    return MAX_BOOST_GHZ.get(cpu, UNKNOWN_BOOST_GHZ) * 1e9
+    """The fastest clock any core of ``cpu`` (an LLVM CPU name, or :func:`table_cpu`'s
+    name of a server die) can run at, in Hz."""
+    arch, _, die = cpu.partition("+")
+    ghz = MAX_BOOST_GHZ.get(arch, UNKNOWN_BOOST_GHZ)
+    return min(ghz, PART_BOOST_GHZ.get(die, ghz)) * 1e9
 
 
 def fma_datapath_lanes(cpu: str, lanes: int) -> int:
     """fp32 lanes one FMA pipe of ``cpu`` completes per cycle with ``lanes``-wide vectors."""
-    return min(lanes, FMA_DATAPATH_LANES.get(cpu, lanes))
+    return min(lanes, FMA_DATAPATH_LANES.get(microarchitecture(cpu), lanes))
 
 
 def fma_lanes_per_cycle(cpu: str, lanes: int) -> int:
     """fp32 multiply(-add) lanes one core of ``cpu`` completes per cycle with ``lanes``-wide
     vectors. A CPU the tables do not name may be a Skymont E-core (four 128-bit FMA pipes):
     narrow vectors then get four pipes."""
-    if cpu in MAX_BOOST_GHZ:
+    if named(cpu):
         return FMA_PIPES * fma_datapath_lanes(cpu, lanes)
     return max(FMA_PIPES * lanes, 4 * min(lanes, 4))
 
@@ -156,7 +194,7 @@ def fmax_latency_floor_s(cpu: str) -> float:
 def stores_per_cycle(cpu: str) -> int:
     """Stores ``cpu`` issues per cycle at most: ``STORES_PER_CYCLE`` on the cores the tables
     name; a CPU they do not name may be a later E-core with more store ports, so twice that."""
-    return STORES_PER_CYCLE if cpu in MAX_BOOST_GHZ else 2 * STORES_PER_CYCLE
+    return STORES_PER_CYCLE if named(cpu) else 2 * STORES_PER_CYCLE
 
 
 def port_limits(cpu: str) -> tuple[float, float, float, float, float]:
@@ -164,11 +202,11 @@ def port_limits(cpu: str) -> tuple[float, float, float, float, float]:
     instructions one core of ``cpu`` issues (the order of
     :data:`tvm_ext.built_code.machine_blocks.RESOURCES`). A CPU the tables do not name may be a
     later core with wider ports: twice each."""
-    scale = 1 if cpu in MAX_BOOST_GHZ else 2
+    scale = 1 if named(cpu) else 2
     return (LOADS_PER_CYCLE * scale, LOAD_BYTES_PER_CYCLE * scale, stores_per_cycle(cpu),
             STORE_BYTES_PER_CYCLE * scale, FP_PIPES * scale)  # fmt: skip
 
 
 def reorder_window(cpu: str) -> int:
     """Instructions ``cpu`` can hold in flight (its reorder buffer), rounded up."""
-    return REORDER_WINDOW.get(cpu, MAX_REORDER_WINDOW)
+    return REORDER_WINDOW.get(microarchitecture(cpu), MAX_REORDER_WINDOW)

@@ -20,7 +20,7 @@ import pathlib
 
 from tvm_ext.base.files import atomic_write, cache_dir
 from tvm_ext.hardware.device import Tracker
-from tvm_ext.hardware.isa import fp32_peak_ceiling
+from tvm_ext.hardware.isa import fp32_peak_ceiling, microarchitecture
 from tvm_ext.hardware.machine_model import LEVELS, Figure, MachineModel
 from tvm_ext.hardware.machine_probes import probe, probe_device
 from tvm_ext.hardware.target import as_target, host_table_cpu, target_cores, target_cpu
@@ -39,14 +39,15 @@ def device_machine(target, tracker: Tracker, *, reprobe: bool = False) -> Machin
 
 def _cached(path: pathlib.Path, reprobe: bool, make, cpu: str | None = None) -> MachineModel:
     """The model cached at ``path``, else ``make()``'s (then cached); ``cpu``: the name the
-    cached model must carry (a model probed under another name is probed again)."""
+    cached model must carry, or its microarchitecture's (a server die the probe ruled out); a
+    model probed under another name is probed again."""
     model = None
     if path.exists() and not reprobe:
         try:
             model = MachineModel.from_json(json.loads(path.read_text()))
         except (ValueError, KeyError, TypeError) as err:
             log.warning("ignoring unreadable machine cache %s (%s); probing again", path, err)
-        if model is not None and cpu is not None and model.cpu != cpu:
+        if model is not None and cpu is not None and model.cpu not in (cpu, microarchitecture(cpu)):
             log.warning("the machine cache %s names CPU %r, this host is %r; probing again",
                         path, model.cpu, cpu)  # fmt: skip
             model = None

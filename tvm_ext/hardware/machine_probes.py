@@ -18,6 +18,7 @@ from tvm_ext.base import tvm_api
 from tvm_ext.base.errors import ProbeError
 from tvm_ext.base.host_threads import settle
 from tvm_ext.hardware.device import Runtime, Tracker
+from tvm_ext.hardware.isa import MIN_FMA_LATENCY_CYCLES, max_boost_hz, microarchitecture
 from tvm_ext.hardware.machine_model import Figure, MachineModel
 from tvm_ext.hardware.probe_kernels import fma_chains, stream_copy, stream_read
 from tvm_ext.hardware.target import (
@@ -211,7 +212,8 @@ def probe(target=None) -> MachineModel:
     # The hardware tables are read with the host's own CPU, not the target's mcpu: the code
     # runs here, whatever CPU it was built for.
     return MachineModel(
-        host_table_cpu(str(target.attrs.get("mtriple", "")) or None),
+        _checked_die(host_table_cpu(str(target.attrs.get("mtriple", "")) or None),
+                     best["latency"]),
         cores,
         peaks,
         bandwidth,
@@ -221,6 +223,20 @@ def probe(target=None) -> MachineModel:
         Figure(best["latency"], "probed", "one dependent scalar FMA chain", when,
                "latency" in shaky),
     )  # fmt: skip
+
+
+def _checked_die(cpu: str, fma_latency: float) -> str:
+    """``cpu``, or its microarchitecture when the clock the FMA chain ran at is faster than
+    ``cpu``'s server die allows: CPUID read in a VM may name a die the host is not, and no
+    step of the chain takes under :data:`~tvm_ext.hardware.isa.MIN_FMA_LATENCY_CYCLES`, so it
+    ran at ``MIN_FMA_LATENCY_CYCLES / fma_latency`` Hz or faster."""
+    clock = MIN_FMA_LATENCY_CYCLES / fma_latency
+    if microarchitecture(cpu) == cpu or clock <= max_boost_hz(cpu):
+        return cpu
+    log.warning("machine probe: an FMA chain ran at %.2f GHz or faster, past the %.2f GHz of "
+                "the server die CPUID names (%s): priced as any %s", clock / 1e9,
+                max_boost_hz(cpu) / 1e9, cpu, microarchitecture(cpu))  # fmt: skip
+    return microarchitecture(cpu)
 
 
 def _probe_round(target, cores: int, llc_set: int, dram_set: int) -> dict[str, list[float]]:

@@ -15,6 +15,7 @@ import warnings
 
 from tvm_ext.base import tvm_api
 from tvm_ext.base.checks import checked_int
+from tvm_ext.hardware.isa import table_cpu
 
 log = logging.getLogger(__name__)
 
@@ -105,8 +106,24 @@ def host_table_cpu(triple: str | None = None) -> str:
     cpu = _system_cpu()
     if cpu and cpu != "generic" and tvm_api.global_func("target.llvm_is_valid_cpu")(cpu, triple):
         if not _features_beyond(cpu, triple):
-            return cpu
+            return table_cpu(cpu, *cpuid())
     return f"unknown:{cpu or 'unnamed'}"
+
+
+def cpuid(cpuinfo: str = "/proc/cpuinfo") -> tuple[str, int, int]:
+    """This host's CPUID vendor, family and model, as Linux reports them (``("", 0, 0)``
+    where it cannot be read)."""
+    fields: dict[str, str] = {}
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if not line.strip():
+                    break  # the first processor's block
+                key, _, value = line.partition(":")
+                fields[key.strip()] = value.strip()
+        return fields.get("vendor_id", ""), int(fields["cpu family"]), int(fields["model"])
+    except (OSError, KeyError, ValueError):
+        return "", 0, 0
 
 
 def _features_beyond(cpu: str, triple: str) -> frozenset[str]:
