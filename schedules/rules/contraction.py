@@ -151,7 +151,7 @@ def tile(sch, block, axes: Axes, target, epilogue, sizes: tuple[int, int]) -> bo
     sch.reverse_compute_at(acc, outer[-1])
     separate = epilogue is not None and (
         broadcasts(block, epilogue)
-        or _both_guarded(sch, block, epilogue, axes, nr)
+        or _both_guarded(sch, block, epilogue, axes, sizes)
         or _partial_panel(sch, block, epilogue, axes, nr)
     )
     if epilogue is not None and not separate:
@@ -268,22 +268,26 @@ def broadcasts(block, epilogue) -> bool:
     return main is not None and rest is not None and rest > main
 
 
-def _both_guarded(sch, block, epilogue, axes: Axes, nr: int) -> bool:
-    """Whether inlining the epilogue into the tile's write-back would need two guards: the
-    epilogue is a padded computation's write-back (fewer rows than the padded tile covers)
-    and the vector axis ends in a partial panel. TVM 0.27 keeps only one predicate on such a
-    block (the epilogue's when it is inlined after ``reverse_compute_at``, the tile's when
-    before): a 172-wide output in 32-wide panels, its symbolic rows padded to 7, wrote 20
-    columns past each row, or whole padded rows past the output. The epilogue then stays a
-    loop of its own (one more pass over the output, 1/K of the contraction's work)."""
-    vector = static_extents(block)[axes.vector]
-    if vector is not None and vector % nr == 0:
-        return False
+def _both_guarded(sch, block, epilogue, axes: Axes, sizes: tuple[int, int]) -> bool:
+    """Whether inlining the epilogue into the tile's write-back would need two guards, two
+    of: a partial last panel, a padded computation's write-back (the epilogue covers fewer
+    points than the tile computes), a partial last row tile (static rows, which
+    padding.pad_vector_axis leaves unpadded). TVM 0.27 keeps only one predicate
+    on such a block (the epilogue's when it is inlined after ``reverse_compute_at``, the
+    tile's when before): a 172-wide output in 32-wide panels, its symbolic rows padded to 7,
+    wrote 20 columns past each row, or whole padded rows past the output; 197 rows in tiles
+    of 8 wrote three rows past it. The epilogue then stays a loop of its own (one more pass
+    over the output, 1/K of the contraction's work)."""
+    mr, nr = sizes
+    dom = static_extents(block)
+    partial = dom[axes.vector] is None or dom[axes.vector] % nr != 0
+    row_tail = axes.row is not None and dom[axes.row] is not None and dom[axes.row] % mr != 0
     main = [it.dom for it in block.iters if it.kind == "S"]
     rest = [it.dom for it in epilogue.iters]
-    return len(main) != len(rest) or not all(
+    differs = len(main) != len(rest) or not all(
         tvm_api.same_structure(a, b) for a, b in zip(main, rest)
     )
+    return (partial and differs) or (row_tail and (partial or differs))
 
 
 def _partial_panel(sch, block, epilogue, axes: Axes, nr: int) -> bool:
