@@ -98,7 +98,9 @@ def _system_cpu() -> str:
 
 def host_table_cpu(triple: str | None = None) -> str:
     """The name the hardware tables (:mod:`tvm_ext.hardware.isa`) know this host by: LLVM's
-    name for its CPU, or ``"unknown:<name>"`` when LLVM does not know it. A target built for
+    name for its CPU (``"<name>+<die>"`` for a server die the tables list by its CPUID,
+    :func:`~tvm_ext.hardware.isa.table_cpu`), or ``"unknown:<name>"`` when LLVM does not
+    know it. A target built for
     the closest CPU LLVM knows says nothing about the host's pipes and clock (a Zen 5 under an
     LLVM without ``znver5`` would be priced as a Zen 4, whose FMA datapath is half as wide), so
     a bound on code that runs here must take the tables' branch for CPUs they do not name."""
