@@ -86,26 +86,22 @@ def pad_vector_axis(sch, block, axes: Axes, target, weights: set[str]) -> bool:
     row = dom[axes.row] if axes.row is not None else 0
     if padding[axes.vector] == 1 and row is not None:
         return False  # nothing symbolic, every vector whole: no pad
-    if axes.row is not None:
-        # The rows too, to a whole number of row tiles (the tile tile_sizes will take): a row
-        # tail's predicate beside the padded lanes' (the write-back's masked store) wrote
-        # outside the output (TVM 0.27).
+    if axes.row is not None and row is None:
+        # Symbolic rows too, to a whole number of the row tiles tile_sizes takes for their
+        # range (tile_shape.symbolic_rows): a row tail's predicate beside the padded lanes'
+        # (the write-back's masked store) wrote outside the output (TVM 0.27). Static rows
+        # run unpadded, a tail tile under a per-row guard: no per-call copy of the operand
+        # the rows index (the contraction then writes back in a pass of its own:
+        # contraction._both_guarded). Even a tile of fewer accumulators than the core's FMA
+        # chains pays (65 rows in tiles of 5: 21 us against 27 us padded to 72 rows in tiles
+        # of 8, interleaved A/B, Zen 4); 197 rows in tiles of 8 and a tail: 106 us, 258 us
+        # padded to 200, 99 us for the same matmul at 208 x 208 (197 x 197 x 256 + bias +
+        # ReLU, median of 3 interleaved rounds, Zen 4).
         step = padding[axes.vector]
         padded = list(dom)
         padded[axes.vector] = None if extent is None else -(-extent // step) * step
-        # A symbolic row extent takes the tile for its range (tile_shape.symbolic_rows).
-        symbolic = block.dom()[axes.row] if row is None else None
-        mr, _ = sizes(padded, axes, target, row_extent=symbolic)  # a divisor of a static one
-        # Static rows run unpadded, a tail tile under a per-row guard: no per-call copy of
-        # the operand the rows index (the contraction then writes back in a pass of its own:
-        # contraction._both_guarded). Even a tile of fewer accumulators than the core's FMA
-        # chains pays (65 rows in tiles of 5: 21 us against 27 us padded to 72 rows in tiles
-        # of 8, interleaved A/B, Zen 4); 197 rows in tiles of 8 and a tail, 258 -> 164 us
-        # against padded to 200 (a 197 x 197 x 256 matmul, median of 5 interleaved, Zen 4).
-        if row is None:
-            padded[axes.row] = None  # as many rows as fit
-            mr, _ = sizes(padded, axes, target, row_extent=symbolic)
-            padding[axes.row] = mr
+        mr, _ = sizes(padded, axes, target, row_extent=block.dom()[axes.row])
+        padding[axes.row] = mr
     reindexed = _as_einsum(sch, block, padding)
     if reindexed is None:
         return False
