@@ -127,6 +127,10 @@ def test_a_server_die_is_priced_at_its_own_clock_and_its_cores_tables(tmp_path):
     assert isa.table_cpu("znver4", "AuthenticAMD", 25, 24) == "znver4"
     assert isa.table_cpu("znver5", "AuthenticAMD", 25, 17) == "znver5"
     assert isa.table_cpu("znver4", "GenuineIntel", 25, 17) == "znver4"
+    # Milan (family 25 model 1) is a Zen 3 server die; the Ryzen 5000 (model 33) is not.
+    assert isa.table_cpu("znver3", "AuthenticAMD", 25, 1) == "znver3+milan"
+    assert isa.max_boost_hz("znver3+milan") < isa.max_boost_hz("znver3")
+    assert isa.table_cpu("znver3", "AuthenticAMD", 25, 33) == "znver3"
     # The bound on a die is the microarchitecture's scaled by the clocks, arm by arm.
     func = _matmul(64, "float32", "float32", "float32")
     die, arch = _arms(func, _target(), genoa), _arms(func, _target(), "znver4")

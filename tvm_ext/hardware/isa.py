@@ -88,15 +88,18 @@ MAX_BOOST_GHZ = {
 # Server dies by CPUID (vendor, family, model), exact: a neighbouring model may be a faster
 # part of the same microarchitecture (family 25 model 24 is the 5.1 GHz Threadripper 7000).
 # AMD's CPUIDs and fastest boosts: EPYC 9004 "Genoa"/"Genoa-X", CPUID A10F11 (family 25,
-# model 17), fastest the 9174F at 4.4 GHz; EPYC 9005 "Turin", CPUID B00F21 (family 26, model
+# model 17), fastest the 9174F at 4.4 GHz; EPYC 7003 "Milan"/"Milan-X", CPUID A00F11/A00F12
+# (family 25, model 1; Ryzen 5000 is model 33, Threadripper PRO 5000 model 8), fastest the
+# 72F3 at 4.1 GHz; EPYC 9005 "Turin", CPUID B00F21 (family 26, model
 # 2), fastest the 9175F at 5.0 GHz. Rounded up by 0.1 GHz. A hypervisor may report another
 # CPU's family and model, so the probe checks the clock it measures against the die's
 # (:func:`tvm_ext.hardware.machine_probes.probe`) and prices the microarchitecture otherwise.
 SERVER_DIES = {
+    ("AuthenticAMD", 25, 1): ("znver3", "milan"),
     ("AuthenticAMD", 25, 17): ("znver4", "genoa"),
     ("AuthenticAMD", 26, 2): ("znver5", "turin"),
 }
-PART_BOOST_GHZ = {"genoa": 4.5, "turin": 5.1}
+PART_BOOST_GHZ = {"milan": 4.2, "genoa": 4.5, "turin": 5.1}
 
 # fp32 lanes an FMA pipe processes per pass, where narrower than the widest register: a table
 # value too small would make the bound wrong, so only documented narrow datapaths are listed.
