@@ -91,7 +91,7 @@ def _schedule(sch, func, target, pad: bool):
     mr, nr = tile_sizes(main, axes, target, roomy=True)
     packs, weights = pack_operands(sch, func, main, axes, nr, _panel(main, axes, nr, target))
     pads = [p for p in pads if alive(sch, p)]  # a weight's padding went into its panels
-    pads, main = inline_window_pads(sch, main, pads, axes)
+    pads, main = inline_window_pads(sch, main, pads, axes, lanes_for(target, 32))
     if tile(sch, main, axes, target, epilogue[0] if epilogue else None, (mr, nr)):
         pads.append(epilogue[0])  # an elementwise loop nest of its own, scheduled as a pad
     # When the tile loop runs in parallel, so do the copies before it: a 197 x 197 x 256

@@ -7,22 +7,37 @@ from __future__ import annotations
 
 from tvm_ext.schedules.common import lanes_for, vector_registers
 from tvm_ext.schedules.rules.axes import Axes, static_extents, streams, vars_of
+from tvm_ext.schedules.rules.fallback import static_int, work
 from tvm_ext.schedules.rules.tile_shape import MIN_PASS_ROWS, sizes, statements, whole_panel
 
 from tvm_ext.base import tvm_api
 
+# Multiply-adds per element of a padded input past which a window's padding pays as a stage
+# of its own even when its channels are fewer than a vector (see inline_window_pads).
+PAD_STAGE_MIN_MACS = 512
 
-def inline_window_pads(sch, block, pads: list, axes: Axes) -> tuple[list, object]:
+
+def inline_window_pads(sch, block, pads: list, axes: Axes, lanes: int) -> tuple[list, object]:
     """Inline each padding stage the reduction reads through a window (``x[y + ry, ..]``: a
-    convolution's spatial padding) and not along its vector axis; returns (the pads left,
-    the block's refreshed info). Its value is then one broadcast scalar per row of the tile,
-    its condition one scalar select with it, where the separate stage wrote and re-read a
-    padded copy of the whole input on every call, element by element when the channels are
-    fewer than a vector: a 3-channel stem convolution to 16 channels (224 x 224, stride 2)
-    took 137 us with the stage and 27 us inlined (Zen 5). A padding read along the vector
+    convolution's spatial padding) and not along its vector axis, when its innermost axis
+    (the channels) is shorter than ``lanes``; returns (the pads left, the block's refreshed
+    info). Its value is then one broadcast scalar per row of the tile, its condition one
+    scalar select with it, where the separate stage wrote and re-read a padded copy of the
+    whole input on every call, element by element: a 3-channel stem convolution to 16
+    channels (224 x 224, stride 2) took 137 us with the stage and 27 us inlined (Zen 5).
+    With a vector of channels or more the stage is a vector copy, and inlined, the edge rows'
+    conditions stayed branches inside the channel loop (LLVM does not hoist them): a 3x3
+    convolution of 64 channels on 56 x 56 ran 1382 us inlined, 1313 us with the stage; 256
+    channels on 14 x 14 1467 -> 1403 us (Zen 3, AVX2, 2 threads). A padding read along the vector
     axis (NCHW: the width) stays a stage: inlined, its condition is per lane and LLVM
     scalarizes the tile (a 3x3 NCHW convolution ran at 1.8 GFLOP/s); so does a padding read
-    with no window (``pad_einsum``'s copies of a matmul's operands)."""
+    with no window (``pad_einsum``'s copies of a matmul's operands).
+
+    Fewer channels than a vector, the stage still pays when the convolution's work dwarfs
+    the copy: resnet's stem (3 channels to 64, 7x7, stride 2: 743 multiply-adds per padded
+    input element) took 2396 us inlined, 1483 us with the stage; mobilenet_v2's (3 to 32,
+    3x3, stride 2: 71 per element) 138 us inlined, 351 us with the stage; 3 to 16 channels
+    7x7 (186 per element) 551 and 493 us (Zen 3, AVX2, 2 threads)."""
     stmt = sch.get(block.block_rv)
     names = [it.var.name for it in block.iters]
     spatial = {names[i] for i in axes.spatial}
@@ -37,13 +52,27 @@ def inline_window_pads(sch, block, pads: list, axes: Axes) -> tuple[list, object
     for pad in pads:
         out = sch.get(pad.block_rv).writes[0].source
         reads = [r for r in stmt.reads if r.source.same_as(out)]
-        if reads and all(through_window(r) for r in reads):
+        if reads and all(through_window(r) for r in reads) and not _stage_pays(block, out, lanes):
             sch.compute_inline(pad.block_rv)
         else:
             kept.append(pad)
     if len(kept) == len(pads):
         return pads, block
     return kept, tvm_api.dlight.analysis.get_sblock_info(sch, block.block_rv)
+
+
+def _stage_pays(block, padded, lanes: int) -> bool:
+    """Whether a window's padding runs better as a stage of its own (see
+    :func:`inline_window_pads`): its channels are a vector or more (a vector copy), or the
+    convolution does ``PAD_STAGE_MIN_MACS`` or more per element of the padded input (the
+    element-by-element copy is then small beside it)."""
+    dims = [static_int(d) for d in padded.shape]
+    if not dims or None in dims:
+        return False
+    elements = 1
+    for d in dims:
+        elements *= d
+    return dims[-1] >= lanes or work(block) >= PAD_STAGE_MIN_MACS * elements
 
 
 def pad_vector_axis(sch, block, axes: Axes, target, weights: set[str]) -> bool:
