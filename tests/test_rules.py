@@ -352,9 +352,16 @@ def test_a_conv_to_an_odd_channel_count_runs_whole_vectors_and_one_scalar_lane(h
     from tvm_ext.hardware.target import lanes_for
 
     text = _script(check_rule(conv, host, "contraction", rtol=1e-4))
+    lanes = lanes_for(host, 32)
+    if lanes == 8:
+        # AVX2: no panel of 33 runs in fewer statements than five padded vectors (11: 8 + 2
+        # + 1, three times), so the output's channels are padded to 40, the tile whole.
+        assert "(T.int64(1), T.int64(6), T.int64(6), T.int64(40))" in text
+        assert "T.where" not in text.split('_update"):')[1].split("T.writes")[0]
+        return
     assert "_pad" not in text and "T.where" not in text
     main, rest = text.split('_update"):')[:2]  # whole vectors, then the last lane
-    assert f"T.vectorized(T.int64({lanes_for(host, 32)}))" in main.rsplit("for ", 1)[1]
+    assert f"T.vectorized(T.int64({lanes}))" in main.rsplit("for ", 1)[1]
     assert "T.vectorized" not in rest.rsplit("for ", 1)[1]  # one lane: a plain statement
     assert text.count('_update"):') == 2
 

@@ -141,7 +141,8 @@ def whole_panel(n: int, lanes: int, registers: int) -> int | None:
     """The panel of a vector axis that is no whole number of vectors, tiling it with no tail:
     the widest divisor of ``n`` up to three vectors that is a whole number of 8-lane
     statements (24, 40 or 120 channels, 1000 classes: panels of 24, 40, 40, 40); else, of
-    the divisors between one and three vectors wide and the whole axis where its statements
+    the divisors between one vector and three vectors and a plain 1-3 lane statement wide
+    (1025 classes on AVX2: 25, three vectors and a lane) and the whole axis where its statements
     leave ``MIN_PASS_ROWS`` rows of accumulators in ``registers``, the one with the fewest
     statements per lane (1025 classes: 41, three full vectors' worth of statements and a
     scalar; 33 channels: 16, 16 and a scalar; 66 columns on AVX-512: four vectors and two
@@ -155,7 +156,7 @@ def whole_panel(n: int, lanes: int, registers: int) -> int | None:
     for size in range(3 * lanes // 8 * 8, 7, -8):
         if n % size == 0:
             return size
-    panels = [d for d in range(lanes + 1, 3 * lanes + 1) if n % d == 0]
+    panels = [d for d in range(lanes + 1, 3 * lanes + 4) if n % d == 0]
     if n > 3 * lanes and _row_fit(n, len(statements(n, lanes)), registers) >= MIN_PASS_ROWS:
         panels.append(n)
     if not panels:
@@ -182,7 +183,29 @@ def _rows(dom, axes: Axes, nr: int, vectors: int, target, row_extent=None, roomy
     if dom[axes.row] is None and row_extent is not None:
         return symbolic_rows(row_extent, fit, vectors)
     unequal = len(set(statements(nr, lanes_for(target, 32)))) > 1
-    return _tile_size(dom[axes.row], fit, least=min(fit, MIN_PASS_ROWS + 1) if unequal else 1)
+    extent = dom[axes.row]
+    mr = _tile_size(extent, fit, least=min(fit, MIN_PASS_ROWS + 1) if unequal else 1)
+    if unequal or extent is None or extent % mr == 0:
+        return mr
+    return tail_rows(extent, fit, vectors)
+
+
+def tail_rows(extent: int, fit: int, per_row: int) -> int:
+    """The row tile of a static extent no tile of ``fit // 2`` to ``fit`` rows divides: the
+    one whose tiles, the last (partial) one counted whole, run in the least time (see
+    :func:`_tile_cost`), where as many rows as fit left a one- or two-row tail tile of a
+    quarter of the FMA chains: a 3x3 convolution of 512 channels on a 7 x 7 map in tiles of
+    4 x 16 (4 + 3 rows) took 1412 us, 6 + 1 rows 1667 us; 256 channels on 14 x 14 in tiles
+    of 5 rows 1200 us, 6 + 6 + 2 1403 us (Zen 3, AVX2, 2 threads, the padding a stage)."""
+    candidates = range(fit, max(2, -(-fit // 2)) - 1, -1)
+    return min(candidates, key=lambda mr: _tile_cost(-(-extent // mr) * mr, mr, per_row))
+
+
+def _tile_cost(padded_rows: int, mr: int, per_row: int) -> float:
+    """The time of ``padded_rows`` rows in ``mr``-row tiles of ``per_row`` accumulators a
+    row: a row costs ``1 + TILE_STEP_ROWS / mr`` at the fraction of the peak the tile's
+    ``FMA_CHAINS`` allow."""
+    return padded_rows * (1 + TILE_STEP_ROWS / mr) / min(1.0, mr * per_row / FMA_CHAINS)
 
 
 def symbolic_rows(extent, fit: int, per_row: int) -> int:
@@ -207,8 +230,7 @@ def symbolic_rows(extent, fit: int, per_row: int) -> int:
     low = min(symbolic_extent_least(extent), high)
 
     def cost(mr: int) -> float:
-        padded = _padded_rows(high, mr) - _padded_rows(low - 1, mr)
-        return padded * (1 + TILE_STEP_ROWS / mr) / min(1.0, mr * per_row / FMA_CHAINS)
+        return _tile_cost(_padded_rows(high, mr) - _padded_rows(low - 1, mr), mr, per_row)
 
     return min(candidates, key=cost)  # the first, the most rows, among equals
 
