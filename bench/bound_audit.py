@@ -263,7 +263,13 @@ def probed_clock_scale(data: dict) -> float | None:
     if not probe:
         return None
     clock_hz = MIN_FMA_LATENCY_CYCLES / (probe["fma_latency_ns"] * 1e-9)
-    return max_boost_hz(data["mcpu"]) / clock_hz
+    return max_boost_hz(_priced(data)) / clock_hz
+
+
+def _priced(data: dict) -> str:
+    """The CPU the bounds priced: the machine model's table name (a server die's
+    ``znver4+genoa``), recorded since the dies were; the LLVM name in older samples."""
+    return data.get("priced_as") or data["mcpu"]
 
 
 def summarize(rows: list[dict], clock_scale: float | None = None):
@@ -385,7 +391,7 @@ def _day_probe_text(data: dict) -> str:
         return ""
     return (
         f"The host at the start of the run: fp32 peak {probe['fp32_peak_gflops']} GFLOP/s, "
-        f"FMA latency {probe['fma_latency_ns']} ns (the bounds price `{data['mcpu']}`'s "
+        f"FMA latency {probe['fma_latency_ns']} ns (the bounds price `{_priced(data)}`'s "
         "fastest part at its top clock, so ratios move with the host's speed).\n\n"
     )
 
@@ -405,7 +411,7 @@ def samples_table():
         rows.append({
             "file": path.name,
             "seed": int(seed[1]) if seed else 0,
-            "CPU": f"{data.get('cpu_model', '?')} `{data.get('mcpu', '?')}`",
+            "CPU": f"{data.get('cpu_model', '?')} `{_priced(data) if 'mcpu' in data else '?'}`",
             "measured": data.get("date", "?"),
             "priced": data.get("priced", "when measured"),
             "candidates": overall["candidates"],
@@ -490,6 +496,7 @@ def main() -> None:
         data = {
             "cpu_model": cpu_name(),
             "mcpu": target_cpu(target),
+            "priced_as": host_machine(target).cpu,
             "cores": target_cores(target),
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "command": " ".join(sys.argv),
