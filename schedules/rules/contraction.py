@@ -30,6 +30,7 @@ from tvm_ext.schedules.rules.axes import (
     weight_names,
 )
 from tvm_ext.schedules.rules.fallback import loop_extent, parallel_spatial, static_int, work
+from tvm_ext.schedules.rules.map_rows import fuse_map_rows
 from tvm_ext.schedules.rules.packing import alive, pack_operands, permutation
 from tvm_ext.schedules.rules.padding import inline_window_pads, pad_vector_axis
 from tvm_ext.schedules.rules.tile_shape import statement_runs, tile_sizes
@@ -89,6 +90,12 @@ def _schedule(sch, func, target, pad: bool):
     if pad and pad_vector_axis(sch, main, axes, target, weight_names(func)):
         return _schedule(sch, func, target, pad=False)
     mr, nr = tile_sizes(main, axes, target, roomy=True)
+    lanes, epi = lanes_for(target, 32), epilogue[0] if epilogue else None
+    fused = fuse_map_rows(sch, main, epi, axes, mr, weight_names(func), lanes)
+    if fused is not None:  # a pointwise convolution's small map: its rows as one axis
+        main, epi, axes = fused
+        epilogue = [epi]
+        mr, nr = tile_sizes(main, axes, target, roomy=True)
     packs, weights = pack_operands(sch, func, main, axes, nr, _panel(main, axes, nr, target))
     pads = [p for p in pads if alive(sch, p)]  # a weight's padding went into its panels
     pads, main = inline_window_pads(sch, main, pads, axes, lanes_for(target, 32))

@@ -351,6 +351,11 @@ def with_upper_bounds(mod, entry: str, highs: dict[str, int]) -> "tvm.IRModule":
     return out
 
 
+def index_map(func, ndim: int):
+    """A TIR index map of ``ndim`` int64 indices computed by ``func(*indices)``."""
+    return tirx.IndexMap.from_func(func, ndim=ndim, index_dtype="int64")
+
+
 def simplify(expr):
     """``expr`` (a TIR expression) simplified by TVM's arithmetic analyzer."""
     return tvm.sym.Analyzer().simplify(expr)
