@@ -16,6 +16,7 @@ from tvm_ext.built_code.asm_text import Block, basic_blocks, instruction
 from tvm_ext.built_code.machine_blocks import RESOURCES, block_costs, block_demand
 from tvm_ext.built_code.machine_code import read_assembly
 from tvm_ext.hardware.isa import max_boost_hz, port_limits
+from tvm_ext.hardware.target import lanes_for
 
 LOADS, LOAD_BYTES, STORES, STORE_BYTES, VECTOR_OPS = range(len(RESOURCES))
 
@@ -240,6 +241,14 @@ def test_the_loads_arm_binds_a_column_gather_and_holds(host, machine):
     stage1, stage2, code = evaluate_built(RooflinePolicy(), _columns(), host, machine=machine,
                                           workload=W)  # fmt: skip
     arms = port_arms(features(_columns(), host, W), code, machine.cpu)
+    seconds = measure(_columns(), W, host, repeat=3).seconds
+    assert seconds >= stage2.lower_bound_s, (seconds, stage2)  # no slack: no probe in it
+    if lanes_for(host, 32) < 16:
+        # AVX2: LLVM assembles the column with vinsertps and peels the reduction's first
+        # step (2 FMAs on one broadcast load); the arm takes the least loads per FLOP of any
+        # loop group, so that block's, and stays below the FMAs' arm (weaker, still safe).
+        assert arms["machine_code.loads"] > 0 and stage2.binding == "compute", stage2
+        return
     assert stage2.binding == "machine_code.loads", stage2
     assert arms["machine_code.loads"] > 2 * stage2.arms[ARM] > 0
     assert stage2.lower_bound_s > stage1.lower_bound_s
@@ -250,15 +259,15 @@ def test_the_loads_arm_binds_a_column_gather_and_holds(host, machine):
     limit = port_limits(machine.cpu)[LOADS]
     assert arms["machine_code.loads"] == pytest.approx(
         per_flop * work / (limit * max_boost_hz(machine.cpu)))  # fmt: skip
-    seconds = measure(_columns(), W, host, repeat=3).seconds
-    assert seconds >= stage2.lower_bound_s, (seconds, stage2)  # no slack: no probe in it
 
 
 def test_the_port_arms_do_not_bind_a_register_tiled_matmul(host, machine):
     sch = S.schedule(W, host)
     _, stage2, code = evaluate_built(RooflinePolicy(), sch, host, machine=machine, workload=W)
     arms = {k: v for k, v in stage2.arms.items() if k.startswith("machine_code.")}
-    assert set(arms) > {ARM, "machine_code.loads"}
+    # The loads arm abstains where some loop group of the built code runs FMAs on registers
+    # alone (AVX2's 64 x 64 x 64 tiles: no load per FLOP to count).
+    assert ARM in arms and (lanes_for(host, 32) < 16 or "machine_code.loads" in arms)
     assert max(v for k, v in arms.items() if k != ARM) < arms[ARM]
     assert not stage2.binding.startswith("machine_code.") or stage2.binding == ARM
     seconds = measure(sch, W, host, repeat=3).seconds

@@ -194,7 +194,7 @@ def test_the_chain_steps_issue_slots_bound_a_scalar_reduction_beside_wider_code(
     assert seconds >= stage2.lower_bound_s, (seconds, stage2)
     wide, _ = _scalar_matmul_vector_bias(True)
     stage1, stage2, code = evaluate_built(policy, wide, host, machine=machine)
-    assert code.chain_add_lanes == min(16, lanes_for(host, 32))
+    assert code.chain_add_lanes == 16  # the IR's adds (two 8-lane instructions on AVX2)
     arm = chain_step_arm(features(wide, host), code, machine.cpu)
     # Stage 1 counts the multiply-adds at this width, at the larger of the hardware's fp32
     # ceiling and the slackened probe (a server die's ceiling can sit below the latter); the
