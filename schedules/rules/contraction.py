@@ -94,13 +94,12 @@ def _schedule(sch, func, target, pad: bool):
     fused = fuse_map_rows(sch, main, epi, axes, mr, weight_names(func), lanes)
     if fused is not None:  # a pointwise convolution's small map: its rows as one axis
         main, epi, axes = fused
-        epilogue = [epi]
         mr, nr = tile_sizes(main, axes, target, roomy=True)
     packs, weights = pack_operands(sch, func, main, axes, nr, _panel(main, axes, nr, target))
     pads = [p for p in pads if alive(sch, p)]  # a weight's padding went into its panels
-    pads, main = inline_window_pads(sch, main, pads, axes, lanes_for(target, 32))
-    if tile(sch, main, axes, target, epilogue[0] if epilogue else None, (mr, nr)):
-        pads.append(epilogue[0])  # an elementwise loop nest of its own, scheduled as a pad
+    pads, main = inline_window_pads(sch, main, pads, axes, lanes)
+    if tile(sch, main, axes, target, epi, (mr, nr)):
+        pads.append(epi)  # an elementwise loop nest of its own, scheduled as a pad
     # When the tile loop runs in parallel, so do the copies before it: a 197 x 197 x 256
     # matmul with its padding copies serial ran 1.3x faster on 2 threads than on 1 where the
     # 208 x 208 one (no copies) ran 1.9x faster; with the copies in parallel, 168 -> 138 us

@@ -5,6 +5,8 @@ convolution's spatial padding inlined where its condition is one scalar per broa
 
 from __future__ import annotations
 
+import math
+
 from tvm_ext.schedules.common import lanes_for, vector_registers
 from tvm_ext.schedules.rules.axes import Axes, static_extents, streams, vars_of
 from tvm_ext.schedules.rules.fallback import static_int, work
@@ -69,10 +71,7 @@ def _stage_pays(block, padded, lanes: int) -> bool:
     dims = [static_int(d) for d in padded.shape]
     if not dims or None in dims:
         return False
-    elements = 1
-    for d in dims:
-        elements *= d
-    return dims[-1] >= lanes or work(block) >= PAD_STAGE_MIN_MACS * elements
+    return dims[-1] >= lanes or work(block) >= PAD_STAGE_MIN_MACS * math.prod(dims)
 
 
 def pad_vector_axis(sch, block, axes: Axes, target, weights: set[str]) -> bool:
