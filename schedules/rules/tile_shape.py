@@ -11,6 +11,9 @@ from tvm_ext.schedules.common import (
     lanes_for,
     symbolic_extent_high,
     symbolic_extent_least,
+    tail_rows,
+    tile_cost,
+    tile_size,
     vector_registers,
 )
 from tvm_ext.schedules.rules.axes import Axes, static_extents
@@ -25,17 +28,6 @@ from tvm_ext.base import tvm_api
 # three passes, 33 us as one 41-lane statement (LLVM splits it). A 3x3 depthwise
 # convolution of 40 channels with 4 rows, 3.5 -> 2.5 us the other way (Zen 5).
 MIN_PASS_ROWS = 3
-
-# Independent FMA chains a core needs in flight to issue an FMA every cycle on every pipe
-# (latency x pipes: 4 x 2 on Zen 4/5 and Golden Cove); a tile of fewer accumulators runs at
-# that fraction of the peak.
-FMA_CHAINS = 8
-
-# What a tile's step over the reduction costs beyond its rows' FMAs (the panel's vector
-# loads, the loop), in rows: a row of an ``mr``-row tile costs ``1 + TILE_STEP_ROWS / mr``.
-# Measured: a 16 x 768 x 3072 matmul in tiles of 3, 4 and 5 rows of 48 lanes ran 10.2, 9.3
-# and 9.0 us per computed row (Zen 5); the fit of that curve.
-TILE_STEP_ROWS = 1.2
 
 # The fewest reduction steps for a tile past the stack (see roomy_holds).
 ROOMY_MIN_STEPS = 256
@@ -67,22 +59,6 @@ def roomy_holds(block, axes: Axes, mr: int) -> bool:
 def _past_stack(mr: int, nr: int) -> bool:
     """Whether an ``mr`` x ``nr`` fp32 tile is past the stack (see roomy_holds)."""
     return mr * nr * 4 >= STACK_TILE_BYTES
-
-
-def _tile_size(extent: int | None, limit: int, step: int = 1, least: int = 1) -> int:
-    """``extent`` when it is within ``limit``; else the largest multiple of ``step`` in
-    [limit / 2, limit] (and at least ``least``) dividing ``extent``; else ``limit`` (a tail
-    runs under a predicate; so does a symbolic ``extent``'s, None)."""
-    if extent is None:
-        return limit
-    if extent <= limit:
-        return extent
-    # Never down to one row for a divisor: a 1-row tile of a 65-row matmul had a fifth of a
-    # 3-row tile's FMA chains; the rows' tail is a scalar condition per row.
-    for size in range(limit // step * step, max(limit // 2, step, min(limit, 2), least) - 1, -step):
-        if extent % size == 0:
-            return size
-    return limit
 
 
 def tile_sizes(block, axes: Axes, target, roomy: bool = False) -> tuple[int, int]:
@@ -118,7 +94,7 @@ def sizes(dom: list, axes: Axes, target, row_extent=None, roomy: bool = False) -
     if n is not None and n > lanes and n % lanes:
         nr = _odd_panel(n, lanes, vector_registers(target))
     else:
-        nr = _tile_size(n, 2 * lanes, lanes) if n is None or n >= lanes else n
+        nr = tile_size(n, 2 * lanes, lanes) if n is None or n >= lanes else n
     mr = _rows(dom, axes, nr, len(statements(nr, lanes)), target, row_extent, roomy)
     if n is not None and n % (3 * lanes) == 0 and vector_registers(target) >= 32:
         mr3 = _rows(dom, axes, 3 * lanes, 3, target, row_extent, roomy)
@@ -184,28 +160,10 @@ def _rows(dom, axes: Axes, nr: int, vectors: int, target, row_extent=None, roomy
         return symbolic_rows(row_extent, fit, vectors)
     unequal = len(set(statements(nr, lanes_for(target, 32)))) > 1
     extent = dom[axes.row]
-    mr = _tile_size(extent, fit, least=min(fit, MIN_PASS_ROWS + 1) if unequal else 1)
+    mr = tile_size(extent, fit, least=min(fit, MIN_PASS_ROWS + 1) if unequal else 1)
     if unequal or extent is None or extent % mr == 0:
         return mr
     return tail_rows(extent, fit, vectors)
-
-
-def tail_rows(extent: int, fit: int, per_row: int) -> int:
-    """The row tile of a static extent no tile of ``fit // 2`` to ``fit`` rows divides: the
-    one whose tiles, the last (partial) one counted whole, run in the least time (see
-    :func:`_tile_cost`), where as many rows as fit left a one- or two-row tail tile of a
-    quarter of the FMA chains: a 3x3 convolution of 512 channels on a 7 x 7 map in tiles of
-    4 x 16 (4 + 3 rows) took 1412 us, 6 + 1 rows 1667 us; 256 channels on 14 x 14 in tiles
-    of 5 rows 1200 us, 6 + 6 + 2 1403 us (Zen 3, AVX2, 2 threads, the padding a stage)."""
-    candidates = range(fit, max(2, -(-fit // 2)) - 1, -1)
-    return min(candidates, key=lambda mr: _tile_cost(-(-extent // mr) * mr, mr, per_row))
-
-
-def _tile_cost(padded_rows: int, mr: int, per_row: int) -> float:
-    """The time of ``padded_rows`` rows in ``mr``-row tiles of ``per_row`` accumulators a
-    row: a row costs ``1 + TILE_STEP_ROWS / mr`` at the fraction of the peak the tile's
-    ``FMA_CHAINS`` allow."""
-    return padded_rows * (1 + TILE_STEP_ROWS / mr) / min(1.0, mr * per_row / FMA_CHAINS)
 
 
 def symbolic_rows(extent, fit: int, per_row: int) -> int:
@@ -230,7 +188,7 @@ def symbolic_rows(extent, fit: int, per_row: int) -> int:
     low = min(symbolic_extent_least(extent), high)
 
     def cost(mr: int) -> float:
-        return _tile_cost(_padded_rows(high, mr) - _padded_rows(low - 1, mr), mr, per_row)
+        return tile_cost(_padded_rows(high, mr) - _padded_rows(low - 1, mr), mr, per_row)
 
     return min(candidates, key=cost)  # the first, the most rows, among equals
 
