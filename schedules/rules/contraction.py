@@ -162,13 +162,11 @@ def tile(sch, block, axes: Axes, target, epilogue, sizes: tuple[int, int]) -> bo
     )
     if epilogue is not None and not separate:
         sch.reverse_compute_inline(epilogue.block_rv)
-    if len(runs) == 1:
-        sch.vectorize(sch.get_loops(acc)[-1])
-    else:
-        # The write-back in the same runs as the tile: one load per stored statement (a
-        # 24-lane load of a 16- and an 8-lane accumulator spilled every accumulator of a
-        # 72-channel depthwise convolution to the stack and rebuilt it lane by lane).
-        _cut_into_runs(sch, sch.get_loops(acc)[-1], runs)
+    # The write-back in the same runs as the tile: one load per stored statement (a 24-lane
+    # load of a 16- and an 8-lane accumulator spilled every accumulator of a 72-channel
+    # depthwise convolution to the stack and rebuilt it lane by lane; a GEMV's panel of
+    # eight vectors is eight statements, not one 64-lane one).
+    _cut_into_runs(sch, sch.get_loops(acc)[-1], runs)
     if len(inner) == 2:
         sch.unroll(inner[0])
     if len(runs) == 1:
@@ -198,6 +196,9 @@ def tile(sch, block, axes: Axes, target, epilogue, sizes: tuple[int, int]) -> bo
 def _cut_into_runs(sch, loop, runs: list[tuple[int, int]]) -> None:
     """Partition ``loop`` into ``runs`` of (width, count) statements, each vectorized (see
     :func:`_vector_statements`)."""
+    if len(runs) == 1:
+        _vector_statements(sch, loop, *runs[0])
+        return
     for part, run in zip(_partition(sch, loop, runs), runs):
         _vector_statements(sch, part, *run)
 

@@ -7,6 +7,7 @@ operands and a broadcast in the registers.
 from __future__ import annotations
 
 from tvm_ext.schedules.common import (
+    FMA_CHAINS,
     STACK_TILE_BYTES,
     lanes_for,
     symbolic_extent_high,
@@ -20,6 +21,7 @@ from tvm_ext.schedules.rules.axes import Axes, static_extents
 from tvm_ext.schedules.rules.fallback import static_int
 
 from tvm_ext.base import tvm_api
+from tvm_ext.hardware.target import target_cores
 
 # The fewest rows a tile of unequal statements needs to run them in passes (see tile): each
 # pass's statements times the rows are its independent FMA chains. A 1 x 1000 classifier
@@ -91,6 +93,10 @@ def sizes(dom: list, axes: Axes, target, row_extent=None, roomy: bool = False) -
         # A panel within one group (its input value is one broadcast for all its lanes).
         nr = _group_panel(axes.group, lanes)
         return _rows(dom, axes, nr, len(statements(nr, lanes)), target, row_extent, roomy), nr
+    if axes.row is None and n is not None:
+        nr = one_row_panel(n, lanes, vector_registers(target), target_cores(target))
+        if nr is not None:
+            return 1, nr
     if n is not None and n > lanes and n % lanes:
         nr = _odd_panel(n, lanes, vector_registers(target))
     else:
@@ -103,6 +109,27 @@ def sizes(dom: list, axes: Axes, target, row_extent=None, roomy: bool = False) -
     return mr, nr
 
 
+def one_row_panel(n: int, lanes: int, registers: int, cores: int) -> int | None:
+    """The panel of a contraction with no row axis (a GEMV: a classifier head, a decode
+    step's matmuls), whose accumulators are the panel's statements alone, each one FMA chain
+    stepping at the FMA's latency: the widest divisor of ``n`` that is two to ``FMA_CHAINS``
+    whole vectors; for an axis of no whole number of vectors, :func:`whole_panel` up to
+    ``FMA_CHAINS`` vectors wide; either leaving every core a panel. None where there is no
+    such panel (the panels of a tile with rows then apply).
+
+    A 1 x 1280 @ 1280 x n head + bias (Zen 3, AVX2, 2 threads, weights packed once): 1000
+    classes in the one-vector panels the rule for rows takes (one chain) ran 102 us, in
+    panels of 40 (five) 40 us; 1008 classes 55 -> 42 us (two vectors -> seven)."""
+    for size in range(FMA_CHAINS * lanes, lanes, -lanes):
+        if n % size == 0 and n // size >= cores:
+            return size
+    if n % lanes:
+        size = whole_panel(n, lanes, registers, widest=FMA_CHAINS)
+        if size is not None and n // size >= cores:
+            return size
+    return None
+
+
 def _group_panel(group: int, lanes: int) -> int:
     """The panel of a grouped convolution's output channels: the whole group when it is
     within three vectors (8 channels a group: 8-lane vectors), else its widest divisor that
@@ -113,7 +140,7 @@ def _group_panel(group: int, lanes: int) -> int:
     return 1
 
 
-def whole_panel(n: int, lanes: int, registers: int) -> int | None:
+def whole_panel(n: int, lanes: int, registers: int, widest: int = 3) -> int | None:
     """The panel of a vector axis that is no whole number of vectors, tiling it with no tail:
     the widest divisor of ``n`` up to three vectors that is a whole number of 8-lane
     statements (24, 40 or 120 channels, 1000 classes: panels of 24, 40, 40, 40); else, of
@@ -128,12 +155,15 @@ def whole_panel(n: int, lanes: int, registers: int) -> int | None:
     A whole axis of 65 columns (four vectors and a scalar, three rows) ran a 65 x 65 x 256
     matmul in 7.8 us, where padded to 80 lanes (a per-call copy in a parallel stage of its
     own, a write-back under a per-lane predicate) took 11.3 us, 18 us while a neighbour
-    used a core (Zen 5)."""
-    for size in range(3 * lanes // 8 * 8, 7, -8):
+    used a core (Zen 5).
+
+    ``widest``: the most whole vectors a panel takes (three, for a tile of rows; more where
+    the panel is the tile's every accumulator, see :func:`one_row_panel`)."""
+    for size in range(widest * lanes // 8 * 8, 7, -8):
         if n % size == 0:
             return size
-    panels = [d for d in range(lanes + 1, 3 * lanes + 4) if n % d == 0]
-    if n > 3 * lanes and _row_fit(n, len(statements(n, lanes)), registers) >= MIN_PASS_ROWS:
+    panels = [d for d in range(lanes + 1, widest * lanes + 4) if n % d == 0]
+    if n > widest * lanes and _row_fit(n, len(statements(n, lanes)), registers) >= MIN_PASS_ROWS:
         panels.append(n)
     if not panels:
         return None
