@@ -356,8 +356,9 @@ def test_a_conv_to_an_odd_channel_count_runs_whole_vectors_and_one_scalar_lane(h
     lanes = lanes_for(host, 32)
     if lanes == 8:
         # AVX2: no panel of 33 runs in fewer statements than five padded vectors (11: 8 + 2
-        # + 1, three times), so the output's channels are padded to 40, the tile whole.
-        assert "(T.int64(1), T.int64(6), T.int64(6), T.int64(40))" in text
+        # + 1, three times), so the output's channels are padded, to whole two-vector panels
+        # (padding.odd_axis_step), the tile whole.
+        assert "(T.int64(1), T.int64(6), T.int64(6), T.int64(48))" in text
         assert "T.where" not in text.split('_update"):')[1].split("T.writes")[0]
         return
     assert "_pad" not in text and "T.where" not in text
@@ -417,6 +418,23 @@ def test_a_gemv_tile_keeps_several_fma_chains_in_flight(host, classes):
     least = 4 if classes % (4 * lanes) == 0 else (5 if lanes == 8 else 3)
     assert len(widths) >= least and sum(widths) >= least * 8, widths
     assert "T.where" not in text
+
+
+def test_an_odd_activation_axis_is_padded_to_two_vector_panels_on_avx2(host):
+    """An activation's odd vector axis is padded per call where no whole panel tiles it (65
+    columns on AVX2). Padded to one vector (72), the tile took one-vector panels (8 rows x 8
+    lanes): a 197 x 197 x 256 matmul padded to 200 ran 403 us against 139 padded to 208;
+    12 x 197 x 197 x 64 with B transposed 1293 -> 552 us (Zen 3). Now to two-vector panels:
+    80 columns. Structure for an AVX2 target (no run); parity on this host."""
+    q, k = te.placeholder((2, 24, 64), name="Q"), te.placeholder((2, 65, 64), name="K")
+    func = te.create_prim_func([q, k, topi.nn.batch_matmul(q, k, transpose_b=True)])
+    check_rule(func, host, "contraction", rtol=1e-4)
+    avx2 = tvm_api.Target({"kind": "llvm", "mcpu": "znver3", "num-cores": 2})
+    sch, rule = S.rules.schedule_func(func, avx2)
+    text = _script(sch).replace("T.int64(", "(")
+    assert rule == "contraction"
+    assert "_pad_global = T.sblock_alloc_buffer((2, 24, 80))" in text
+    assert _update_statements(text) == [8, 8]
 
 
 def test_a_weight_axis_whose_panels_cost_more_statements_is_padded(host):
