@@ -1,7 +1,8 @@
 """The register tile of a contraction, ``mr`` rows by ``nr`` lanes: one to three vectors of
 lanes (a panel within one group for a grouped convolution, whole 8-lane statements across an
-axis that is no whole number of vectors), as many rows as keep the accumulators, the vector
-operands and a broadcast in the registers.
+axis that is no whole number of vectors, three or five vectors for an odd number of them
+with 16 registers, up to ``FMA_CHAINS`` vectors for a contraction of one row), as many rows
+as keep the accumulators, the vector operands and a broadcast in the registers.
 """
 
 from __future__ import annotations
@@ -66,13 +67,15 @@ def _past_stack(mr: int, nr: int) -> bool:
 def tile_sizes(
     block, axes: Axes, target, roomy: bool = False, odd_panels: bool = True
 ) -> tuple[int, int]:
-    """(mr, nr): ``nr`` lanes of one to three vectors, as many rows as keep the
+    """(mr, nr): ``nr`` lanes of one to three vectors (more: :func:`one_row_panel`,
+    :func:`odd_vectors_panel` unless ``odd_panels`` is False), as many rows as keep the
     accumulators, the vector operands and a broadcast in the registers and the tile on the
     stack; of those, the tile with the most accumulators (independent FMA chains: a core
     needs its FMA latency x pipes of them in flight, 8 on Zen 4/5 and Golden Cove).
 
     Three vectors only when they divide the axis, and with 32 vector registers (on AVX2's
-    16 a 4 x 24 tile would use all of them): BERT's M = 128 rows leave a two-vector tile 4
+    16 a 4 x 24 tile would use all of them; an odd number of vectors there takes three, in
+    3 x 24 or 4 x 24, see :func:`odd_vectors_panel`): BERT's M = 128 rows leave a two-vector tile 4
     rows (the seven that fit do not divide 128), 8 accumulators; 4 x 48 has 12.
 
     ``roomy``: past ``STACK_TILE_BYTES`` (the registers alone bound the tile) where
