@@ -84,6 +84,30 @@ def test_a_length_outside_the_declared_range_is_refused(symbolic_block):
         compiled.run(np.zeros((1, 5, 31), np.float32))
 
 
+def test_the_profile_counts_each_kernel_at_the_length_it_ran(symbolic_block):
+    """A symbolic kernel's FLOPs and floor are those of the shapes its call received (TVM's
+    estimate of the symbolic function takes the length as 1 and gives no floor), and a
+    length range's variant (``<name>__le64``) is reported under the rule that scheduled it."""
+    import tvm_ext
+
+    model, compiled = symbolic_block
+    rng = np.random.default_rng(3)
+    flops = {}
+    for n in (16, 64):
+        x = rng.standard_normal((1, n, 32)).astype(np.float32)
+        result = tvm_ext.profile(compiled, [x], min_seconds=0.05, min_runs=2)
+        kernels = [r for r in result.rows if r.kind == "kernel"]
+        assert kernels and all(r.rule for r in kernels)
+        assert any("__le" in r.name for r in kernels)  # the short range's variants ran
+        matmuls = [r for r in kernels if r.rule == "contraction"]
+        assert len(matmuls) >= 4
+        for r in matmuls:
+            # At least a 16-long dot product (a head's width) per token.
+            assert r.flops >= 2 * n * 16 and r.floor_s and r.x_floor > 0
+        flops[n] = {r.name.split("__")[0]: r.flops for r in matmuls}
+    assert all(flops[64][name] >= 3 * flops[16][name] for name in flops[16] if name in flops[64])
+
+
 @pytest.mark.parametrize("name", ["bert", "llama"])
 def test_a_suite_language_model_compiles_once_for_every_length(name):
     """BERT (position ids sliced to ``T.min(seq, 512)``) and Llama (masks sliced along

@@ -184,30 +184,42 @@ def _specialized(func, call, name: str):
         given += list(call.args[2].values)
     if len(given) != len(func.params):
         raise UnsupportedModel(f"{name}: {len(given)} values for {len(func.params)} parameters")
-    mapping = {}
+    values = []
     for p, value in zip(func.params, given):
         if getattr(p, "shape", None) is None:  # a scalar parameter
             value = simplify(value)
             if not isinstance(value, tvm_api.tirx.IntImm):
                 raise UnsupportedModel(f"{name}: a scalar argument {value} stays symbolic")
-            mapping[p] = tvm_api.tirx.IntImm(_index_dtype(p), int(value))
+            values.append(int(value))
             continue
         dims = getattr(getattr(value, "shape", None), "values", None)
         dims = None if dims is None else [simplify(d) for d in dims]
         if dims is None or any(not isinstance(d, tvm_api.tirx.IntImm) for d in dims):
             raise UnsupportedModel(f"{name}: an argument of symbolic shape at a static length")
-        plain = all(isinstance(d, (tvm_api.tirx.IntImm, tvm_api.tirx.Var)) for d in p.shape)
-        # A dimension that is an expression (T.min(n, 512)) cannot be bound directly; the
-        # variables in it are bound through the other parameters.
-        if plain and any(not isinstance(d, tvm_api.tirx.IntImm) for d in p.shape):
-            shape = [
-                tvm_api.tirx.IntImm(_index_dtype(old), int(d)) for old, d in zip(p.shape, dims)
-            ]
-            mapping[p] = tvm_api.tirx.decl_buffer(shape, p.dtype, str(p.name))
-    static = func.specialize(mapping)
+        values.append(tuple(int(d) for d in dims))
+    static = bound_at(func, values)
     if symbolic(static):
         raise UnsupportedModel(f"{name}: its symbolic dimensions are not all bound by its call")
     return static
+
+
+def bound_at(func, values: list):
+    """``func`` with every symbolic dimension bound by the static values its parameters
+    receive, in order: a tensor's shape (a tuple of ints) or a scalar parameter's int. A
+    dimension that is an expression (``T.min(n, 512)``) is bound through the variables the
+    other parameters bind."""
+    mapping = {}
+    for p, value in zip(func.params, values):
+        if getattr(p, "shape", None) is None:  # a scalar parameter
+            mapping[p] = tvm_api.tirx.IntImm(_index_dtype(p), int(value))
+            continue
+        plain = all(isinstance(d, (tvm_api.tirx.IntImm, tvm_api.tirx.Var)) for d in p.shape)
+        if plain and any(not isinstance(d, tvm_api.tirx.IntImm) for d in p.shape):
+            shape = [
+                tvm_api.tirx.IntImm(_index_dtype(old), int(d)) for old, d in zip(p.shape, value)
+            ]
+            mapping[p] = tvm_api.tirx.decl_buffer(shape, p.dtype, str(p.name))
+    return func.specialize(mapping)
 
 
 def _index_dtype(expr) -> str:

@@ -12,6 +12,17 @@ from tvm_ext.base.errors import ScheduleNotApplicable, UnsupportedModel
 from tvm_ext.model_pipeline.length_buckets import symbolic
 from tvm_ext.schedules.rules.dispatch import schedule_func
 
+REST = "rest"  # the tag of the range of every length past the last upper bound
+
+
+def variant_base(name: str) -> str:
+    """The PrimFunc a range's variant was made from: ``name`` less the ``__le<upper>`` or
+    ``__rest`` tag :func:`dispatching` gives it (``name`` itself when it has none)."""
+    base, sep, tag = name.rpartition("__")
+    if sep and (tag == REST or (tag.startswith("le") and tag[2:].isdigit())):
+        return base
+    return name
+
 
 def dispatching(mod, entry: str, var: str, uppers, variants: list[dict]):
     """``mod`` (the symbolic model, scheduled by the rules) with ``entry`` dispatching on the
@@ -33,7 +44,7 @@ def dispatching(mod, entry: str, var: str, uppers, variants: list[dict]):
         if not chosen:
             callees.append(None)
             continue
-        tag = f"le{uppers[k]}" if k < len(uppers) else "rest"
+        tag = f"le{uppers[k]}" if k < len(uppers) else REST
         renamed = {name: builder.add_func(f.with_attr("global_symbol", f"{name}__{tag}"),
                                           f"{name}__{tag}")
                    for name, f in chosen.items()}  # fmt: skip

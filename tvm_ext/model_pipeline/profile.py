@@ -32,6 +32,8 @@ from tvm_ext.cost import floor_s
 from tvm_ext.hardware.machine import host_machine
 from tvm_ext.hardware.target import host_target
 from tvm_ext.model_pipeline.compiled import Compiled, Timing
+from tvm_ext.model_pipeline.length_buckets import bound_at, symbolic
+from tvm_ext.model_pipeline.length_dispatch import variant_base
 
 PREPACKED = "_prepacked"  # the suffix SplitLayoutRewritePreproc gives a repacked function
 COLUMNS = ["name", "kind", "rule", "calls", "per_call_us", "per_run_us", "share", "gflops",
@@ -136,13 +138,17 @@ def profile(
     vm = tvm_api.relax.VirtualMachine(compiled.executable, tvm_api.cpu(0))
     runs: list[list[tuple[str, float]]] = []
     open_calls: list[float] = []
+    shapes: list[tuple[str, list]] = []  # per call site, on the first run: what it received
 
     def instrument(func, name, before_run, ret_value, *args):
         now = time.perf_counter()
         if before_run:
             open_calls.append(now)
-        else:
+        elif runs:
             runs[-1].append((str(name), now - open_calls.pop()))
+        else:  # the first run: what each call site receives, untimed
+            open_calls.pop()
+            shapes.append((str(name), [_static_value(a) for a in args]))
         return 0
 
     vm.set_instrument(instrument)
@@ -150,6 +156,7 @@ def profile(
     plain_s: list[float] = []
     settle()  # the caller's own BLAS/OpenMP workers parked, off the cores we time on
     with tvm_api.threads(compiled.threads):
+        instrumented(*arguments)  # the shapes each call site receives (and a warm-up)
         for _ in range(2):  # warm-up: pools, caches, the instrument's own first calls
             runs.append([])
             instrumented(*arguments)
@@ -165,36 +172,43 @@ def profile(
     median = statistics.median(plain_s)
     latency = Timing(median, min(plain_s), (max(plain_s) - min(plain_s)) / median, len(plain_s),
                      compiled.threads, compiled.flops)  # fmt: skip
-    return Profile(compiled.name, latency, len(runs), _rows(compiled, runs, latency, machine))
+    rows = _rows(compiled, runs, shapes, latency, machine)
+    return Profile(compiled.name, latency, len(runs), rows)
 
 
-def _rows(compiled: Compiled, runs, latency: Timing, machine) -> tuple[Row, ...]:
+def _rows(compiled: Compiled, runs, shapes, latency: Timing, machine) -> tuple[Row, ...]:
     sites = [name for name, _ in runs[0]]
-    if any([name for name, _ in run] != sites for run in runs):
+    if any([name for name, _ in run] != sites for run in runs + [shapes]):
         raise RuntimeError(f"{compiled.name}: the VM's calls differ between runs")
     per_site = [statistics.median(run[i][1] for run in runs) for i in range(len(sites))]
-    totals: dict[str, list[float]] = {}
-    for name, seconds in zip(sites, per_site):
-        totals.setdefault(name, []).append(seconds)
+    totals: dict[str, list[tuple[float, list]]] = {}
+    for (name, given), seconds in zip(shapes, per_site):
+        totals.setdefault(name, []).append((seconds, given))
     functions = _prim_funcs(compiled)
     rules = {s.name: s.rule for s in compiled.applied.functions} if compiled.applied else {}
     if machine is None:
         machine = host_machine(host_target(num_cores=compiled.threads))
+    costs: dict = {}  # (name, what a call received): (FLOPs, floor) of one call
     rows = []
-    for name, times in totals.items():
+    for name, calls in totals.items():
         func = functions.get(name)
-        per_run = sum(times)
+        per_run = sum(seconds for seconds, _ in calls)
+        flops = floor = None
+        if func is not None:
+            each = [_call_cost(func, name, given, compiled.target, machine, costs)
+                    for _, given in calls]  # fmt: skip
+            flops, floor = (_mean([c[i] for c in each]) for i in (0, 1))
         rows.append(
             Row(
                 name,
                 "kernel" if func is not None else "vm",
-                rules.get(name.removesuffix(PREPACKED)) if func is not None else None,
-                len(times),
-                per_run / len(times),
+                rules.get(_scheduled_name(name)) if func is not None else None,
+                len(calls),
+                per_run / len(calls),
                 per_run,
                 per_run / latency.seconds,
-                tvm_api.estimated_flops(func) if func is not None else None,
-                _floor(func, compiled.target, machine) if func is not None else None,
+                None if flops is None else round(flops),
+                floor,
             )
         )
     rows.sort(key=lambda r: -r.per_run_s)
@@ -212,6 +226,46 @@ def _prim_funcs(compiled: Compiled) -> dict:
         for gv, f in compiled.module.functions.items()
         if isinstance(f, tvm_api.PrimFunc)
     }
+
+
+def _static_value(arg):
+    """What a call received, as :func:`~tvm_ext.model_pipeline.length_buckets.bound_at`
+    takes it: a tensor's shape, an int (None for anything else)."""
+    shape = getattr(arg, "shape", None)
+    if shape is not None:
+        return tuple(int(d) for d in shape)
+    return arg if isinstance(arg, int) else None
+
+
+def _call_cost(func, name: str, given: list, target, machine, costs: dict):
+    """(FLOPs, floor seconds) of one call of ``func``, which received ``given``: a function
+    of symbolic shape counted at the shapes of the call (its FLOPs at a symbolic extent are
+    TVM's estimate with the extent taken as 1, and it has no floor)."""
+    key = (name, tuple(given))
+    if key not in costs:
+        if symbolic(func):
+            try:
+                func = bound_at(func, given)
+            except (TypeError, ValueError, RuntimeError):  # a call that binds no shape
+                func = None
+            if func is not None and symbolic(func):
+                func = None
+        costs[key] = (
+            (None, None)
+            if func is None
+            else (tvm_api.estimated_flops(func), _floor(func, target, machine))
+        )
+    return costs[key]
+
+
+def _mean(values: list) -> float | None:
+    return None if any(v is None for v in values) else sum(values) / len(values)
+
+
+def _scheduled_name(name: str) -> str:
+    """The name the rules scheduled a called function under: a repacked function's and a
+    length range's variant's (``<name>__le64_prepacked``) their own function's."""
+    return variant_base(name.removesuffix(PREPACKED))
 
 
 def _floor(func, target, machine) -> float | None:
