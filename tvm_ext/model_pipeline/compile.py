@@ -28,6 +28,7 @@ from tvm_ext.model_pipeline.compiled import Compiled, Reference, Timing
 from tvm_ext.model_pipeline.index_guard import safe_indexing
 from tvm_ext.model_pipeline.layout import channels_last, folded_batch_norm, whole_vector_weights
 from tvm_ext.model_pipeline.length_dispatch import bounded_rules, dispatching
+from tvm_ext.model_pipeline.matmul_reshapes import matmuls_before_reshapes
 from tvm_ext.model_pipeline.relax_fixes import activations_as_fast_math, fixed
 from tvm_ext.model_pipeline.transposes import transposes_before_reshapes
 from tvm_ext.schedules.rules.dispatch import apply
@@ -160,7 +161,8 @@ def lower(mod, target, entry: str):
         ]
     )
     with target:
-        return passes(transposes_before_reshapes(activations_as_fast_math(channels_last(mod))))
+        mod = transposes_before_reshapes(activations_as_fast_math(channels_last(mod)))
+        return passes(matmuls_before_reshapes(mod))
 
 
 def fold_prepacks(mod, entry: str):
