@@ -75,3 +75,18 @@ def test_a_reshape_of_the_matrix_axes_or_a_shared_result_stays():
     for mod in (_scores(10, out_shape=(HEADS * 10, 10)), _scores(10, twice=True)):
         moved = matmuls_before_reshapes(mod)
         assert tvm_api.same_structure(moved["main"], relax.transform.Normalize()(mod)["main"])
+
+
+def test_an_operand_broadcast_along_the_batch_stays():
+    """Keys shared by every head (batch 1 against 3): reshaping them to the regrouped batch
+    would change their element count."""
+    q = relax.Var("q", relax.TensorType((HEADS, 10, WIDTH), "float32"))
+    k = relax.Var("k", relax.TensorType((1, WIDTH, 10), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [q, k]):
+        with bb.dataflow():
+            s = bb.emit(relax.op.matmul(q, k))
+            out = bb.emit_output(relax.op.reshape(s, (1, HEADS, 10, 10)))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    assert tvm_api.same_structure(matmuls_before_reshapes(mod)["main"], mod["main"])

@@ -40,7 +40,7 @@ def matmuls_before_reshapes(mod):
 def _on_operands(matmul, shape):
     """``matmul`` computed straight into ``shape``: its operands reshaped to ``shape``'s batch
     axes (a 2-D right operand, a weight, broadcast as it was); None when ``shape`` changes
-    more than the batch axes or an operand has batch axes of its own shape."""
+    more than the batch axes or an operand is broadcast along them."""
     a, b = matmul.args
     out, sa, sb = (tvm_api.shape_values(e) for e in (matmul, a, b))
     if None in (out, sa, sb, shape) or len(out) < 3 or len(shape) < 3 or len(sa) != len(out):
@@ -50,6 +50,8 @@ def _on_operands(matmul, shape):
     same = tvm_api.same_structure
     if not (same(out[-2:], shape[-2:]) and same(_product(out[:-2]), _product(shape[:-2]))):
         return None
+    if not same(sa[:-2], out[:-2]) or (len(sb) > 2 and not same(sb[:-2], out[:-2])):
+        return None  # an operand broadcast along a batch axis: no reshape of it regroups it
     batch = list(shape[:-2])
     reshape = tvm_api.relax.op.reshape
     left = reshape(a, [*batch, *sa[-2:]])

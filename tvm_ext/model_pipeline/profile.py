@@ -10,7 +10,10 @@ a shared machine the same model's latency moves by tens of percent within second
 Per function called: the calls per run, time per call and per run, share of the latency,
 GFLOP/s (TVM's FLOP estimate of the function), its proven floor (:func:`tvm_ext.cost.floor_s`:
 no schedule of it runs faster on this machine) and the time over that floor; the rule that
-scheduled it (a function the rules repacked runs as ``<name>_prepacked``, under its rule). The
+scheduled it (a function the rules repacked runs as ``<name>_prepacked``, a length range's
+variant of a symbolic model as ``<name>__le64``, each under its function's rule). A function of
+symbolic shape is counted at the shapes its calls received (the first, untimed run records
+them; ``length_buckets.bound_at`` binds them): its FLOPs and floor are those of that length. The
 VM's own calls (``vm.builtin.*``: allocations, reshapes, tuple work) are rows of kind ``vm``;
 what no call accounts for (the VM's dispatch between calls, less the instrument's own cost,
 which inflates the timed calls) is the ``unattributed`` row, latency minus the timed calls:
