@@ -50,3 +50,19 @@ def test_a_gathers_table_is_not_compulsory_traffic(host, machine):
     # measure's random ids lie in [-8, 8): the clip mode keeps them in the table
     seconds = measure(func, None, host, reference=func, repeat=3).seconds
     assert floor is not None and floor <= seconds
+
+
+def test_a_shift_node_is_counted_as_the_shift_call_is(host, machine):
+    """A polynomial ``exp`` builds its power of two with a shift, an ``LShift`` node as TE and
+    a function bound to a length write it (``PrimFunc.specialize``: the profile binds a
+    symbolic model's kernels so), which the walker did not count: a masked softmax at a bound
+    length had no FLOPs and no floor."""
+    from tvm import te
+    from tvm_ext.cost import features
+
+    x = te.placeholder((64,), "int32", name="x")
+    y = te.compute((64,), lambda i: (x[i] << 23) + 1, name="y")
+    func = te.create_prim_func([x, y])
+    assert "<<" in func.script()
+    assert features(func, host).flops == 2 * 64
+    assert floor_s(func, host, machine=machine) > 0
