@@ -102,17 +102,33 @@ class Unsupported(Exception):
     """The walker met a construct it cannot count."""
 
 
-def _count_flops(expr) -> int:
+def _first(expr, seen: set) -> bool:
+    """Whether ``expr`` occurs in a store's value for the first time (and note it). TE inlines
+    a shared value at every use (``fast_erf``'s clamped input 22 times, its square 11), which
+    LLVM's common-subexpression elimination computes once: a repeat costs nothing. Keyed by
+    structural hash: a collision could only drop a count, which keeps a bound below."""
+    key = tvm_api.tvm_ffi.structural_hash(expr)
+    if key in seen:
+        return False
+    seen.add(key)
+    return True
+
+
+def _count_flops(expr, seen: set) -> int:
     if isinstance(expr, _ARITH):
-        return 1 + _count_flops(expr.a) + _count_flops(expr.b)
+        if not _first(expr, seen):
+            return 0
+        return 1 + _count_flops(expr.a, seen) + _count_flops(expr.b, seen)
     if isinstance(expr, tirx.Cast):
-        return _count_flops(expr.value)
+        return _count_flops(expr.value, seen)
     if isinstance(expr, ir.Call):
         op = str(getattr(expr.op, "name", expr.op)).rsplit(".", 1)[-1]
         if op in _MATH_CALLS:
-            return 1 + sum(_count_flops(a) for a in expr.args)
+            if not _first(expr, seen):
+                return 0
+            return 1 + sum(_count_flops(a, seen) for a in expr.args)
         if op in _FREE_CALLS:
-            return sum(_count_flops(a) for a in expr.args if not isinstance(a, str))
+            return sum(_count_flops(a, seen) for a in expr.args if not isinstance(a, str))
         raise Unsupported(f"call to {op}")
     if isinstance(expr, _FREE):
         return 0
@@ -121,7 +137,7 @@ def _count_flops(expr) -> int:
 
 def _body_flops(stmt) -> int:
     if isinstance(stmt, tirx.BufferStore):
-        return _count_flops(stmt.value)
+        return _count_flops(stmt.value, set())
     if isinstance(stmt, tirx.SeqStmt):
         return sum(_body_flops(s) for s in stmt.seq)
     raise Unsupported(f"statement {type(stmt).__name__} in a block body")
@@ -365,26 +381,31 @@ def _body_start(loops) -> int:
 
 
 def _pipe_ops(stmt) -> tuple[int, int]:
-    """(multiplies, floating-point instructions with every multiply-add pair fused)."""
+    """(multiplies, floating-point instructions with every multiply-add pair fused), each
+    distinct subexpression of a store's value once (:func:`_first`)."""
     muls = adds = flops = 0
     for s in _children(stmt):
-        m, a, f = _op_kinds(s.value)
+        m, a, f = _op_kinds(s.value, set())
         muls, adds, flops = muls + m, adds + a, flops + f
     return muls, flops - min(muls, adds)
 
 
-def _op_kinds(expr) -> tuple[int, int, int]:
+def _op_kinds(expr, seen: set) -> tuple[int, int, int]:
     """(multiplies, adds/subtracts, all counted operations) of an expression."""
-    if isinstance(expr, (tirx.Add, tirx.Sub, tirx.Mul)) or isinstance(expr, _ARITH):
-        a, b = _op_kinds(expr.a), _op_kinds(expr.b)
+    if isinstance(expr, _ARITH):
+        if not _first(expr, seen):
+            return 0, 0, 0
+        a, b = _op_kinds(expr.a, seen), _op_kinds(expr.b, seen)
         m = int(isinstance(expr, tirx.Mul))
         s = int(isinstance(expr, (tirx.Add, tirx.Sub)))
         return a[0] + b[0] + m, a[1] + b[1] + s, a[2] + b[2] + 1
     if isinstance(expr, tirx.Cast):
-        return _op_kinds(expr.value)
+        return _op_kinds(expr.value, seen)
     if isinstance(expr, ir.Call):
-        parts = [_op_kinds(a) for a in expr.args if not isinstance(a, str)]
         own = int(str(getattr(expr.op, "name", expr.op)).rsplit(".", 1)[-1] in _MATH_CALLS)
+        if own and not _first(expr, seen):
+            return 0, 0, 0
+        parts = [_op_kinds(a, seen) for a in expr.args if not isinstance(a, str)]
         return sum(p[0] for p in parts), sum(p[1] for p in parts), sum(p[2] for p in parts) + own
     return 0, 0, 0
 
