@@ -7,7 +7,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from tvm_ext.base import tvm_api
+from tvm_ext.base import op_count, tvm_api
 from tvm_ext.workloads.kernels import np_dtype
 
 from .traffic import TrafficUnknown, run_traffic
@@ -22,19 +22,6 @@ AUTO_VECTOR_INNER_LIMIT = 1024
 # iterations multiply to at most this, plus every loop TVM itself unrolls or vectorizes.
 UNROLL_REACH = AUTO_VECTOR_INNER_LIMIT
 tirx, s_tir, ir = tvm_api.tirx, tvm_api.s_tir, tvm_api.ir
-# A shift is a node of its own in TVM 0.27 (``x << 23``, as TE and a specialized function
-# write the polynomial ``exp``'s power of two), a call elsewhere (``shift_left``): both
-# counted as one operation. Bitwise operations stay uncounted (no arm priced them: they
-# issue on more pipes than an FMA on every CPU named, so one FMA slot each could read high).
-_ARITH = (tirx.Add, tirx.Sub, tirx.Mul, tirx.Div, tirx.FloorDiv, tirx.FloorMod, tirx.Max,
-          tirx.Min, tirx.Mod, tirx.LShift, tirx.RShift)  # fmt: skip
-_FREE = (ir.TensorLoad, tirx.Var, tirx.IntImm, tirx.FloatImm, ir.StringImm, tirx.Broadcast,
-         tirx.Ramp, tirx.LT, tirx.LE, tirx.GT, tirx.GE, tirx.EQ, tirx.NE, tirx.And, tirx.Or,
-         tirx.Not, tirx.Select)  # fmt: skip
-# Op names are "prim.exp", "tirx.exp", ... across TVM versions: match on the last part.
-_MATH_CALLS = {"exp", "exp2", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "pow", "fabs", "erf",
-               "floor", "ceil", "round", "shift_left", "shift_right"}  # fmt: skip
-_FREE_CALLS = {"if_then_else", "reinterpret", "likely"}
 
 
 @dataclass(frozen=True)
@@ -98,49 +85,12 @@ class BlockFacts:
         return self.flops_per_instance * min(self.instances, self.unique_instances)
 
 
-class Unsupported(Exception):
-    """The walker met a construct it cannot count."""
-
-
-def _first(expr, seen: set) -> bool:
-    """Whether ``expr`` occurs in a store's value for the first time (and note it). TE inlines
-    a shared value at every use (``fast_erf``'s clamped input 22 times, its square 11), which
-    LLVM's common-subexpression elimination computes once: a repeat costs nothing. Keyed by
-    structural hash: a collision could only drop a count, which keeps a bound below."""
-    key = tvm_api.tvm_ffi.structural_hash(expr)
-    if key in seen:
-        return False
-    seen.add(key)
-    return True
-
-
-def _count_flops(expr, seen: set) -> int:
-    if isinstance(expr, _ARITH):
-        if not _first(expr, seen):
-            return 0
-        return 1 + _count_flops(expr.a, seen) + _count_flops(expr.b, seen)
-    if isinstance(expr, tirx.Cast):
-        return _count_flops(expr.value, seen)
-    if isinstance(expr, ir.Call):
-        op = str(getattr(expr.op, "name", expr.op)).rsplit(".", 1)[-1]
-        if op in _MATH_CALLS:
-            if not _first(expr, seen):
-                return 0
-            return 1 + sum(_count_flops(a, seen) for a in expr.args)
-        if op in _FREE_CALLS:
-            return sum(_count_flops(a, seen) for a in expr.args if not isinstance(a, str))
-        raise Unsupported(f"call to {op}")
-    if isinstance(expr, _FREE):
-        return 0
-    raise Unsupported(f"expression {type(expr).__name__}")
+# The walker's "cannot count" (a construct in an expression, a statement, a symbolic loop).
+Unsupported = op_count.Uncountable
 
 
 def _body_flops(stmt) -> int:
-    if isinstance(stmt, tirx.BufferStore):
-        return _count_flops(stmt.value, set())
-    if isinstance(stmt, tirx.SeqStmt):
-        return sum(_body_flops(s) for s in stmt.seq)
-    raise Unsupported(f"statement {type(stmt).__name__} in a block body")
+    return sum(op_count.count_ops(s.value, set()) for s in op_count.stores(stmt))
 
 
 @dataclass
@@ -382,7 +332,7 @@ def _body_start(loops) -> int:
 
 def _pipe_ops(stmt) -> tuple[int, int]:
     """(multiplies, floating-point instructions with every multiply-add pair fused), each
-    distinct subexpression of a store's value once (:func:`_first`)."""
+    distinct subexpression of a store's value once (:func:`~tvm_ext.base.op_count.first`)."""
     muls = adds = flops = 0
     for s in _children(stmt):
         m, a, f = _op_kinds(s.value, set())
@@ -392,8 +342,8 @@ def _pipe_ops(stmt) -> tuple[int, int]:
 
 def _op_kinds(expr, seen: set) -> tuple[int, int, int]:
     """(multiplies, adds/subtracts, all counted operations) of an expression."""
-    if isinstance(expr, _ARITH):
-        if not _first(expr, seen):
+    if isinstance(expr, op_count.ARITH):
+        if not op_count.first(expr, seen):
             return 0, 0, 0
         a, b = _op_kinds(expr.a, seen), _op_kinds(expr.b, seen)
         m = int(isinstance(expr, tirx.Mul))
@@ -402,8 +352,8 @@ def _op_kinds(expr, seen: set) -> tuple[int, int, int]:
     if isinstance(expr, tirx.Cast):
         return _op_kinds(expr.value, seen)
     if isinstance(expr, ir.Call):
-        own = int(str(getattr(expr.op, "name", expr.op)).rsplit(".", 1)[-1] in _MATH_CALLS)
-        if own and not _first(expr, seen):
+        own = int(op_count.call_name(expr) in op_count.MATH_CALLS)
+        if own and not op_count.first(expr, seen):
             return 0, 0, 0
         parts = [_op_kinds(a, seen) for a in expr.args if not isinstance(a, str)]
         return sum(p[0] for p in parts), sum(p[1] for p in parts), sum(p[2] for p in parts) + own

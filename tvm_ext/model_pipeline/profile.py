@@ -8,7 +8,8 @@ call site the median over runs; the model's end-to-end latency is the median of 
 a shared machine the same model's latency moves by tens of percent within seconds).
 
 Per function called: the calls per run, time per call and per run, share of the latency,
-GFLOP/s (TVM's FLOP estimate of the function), its proven floor (:func:`tvm_ext.cost.floor_s`:
+GFLOP/s (:func:`~tvm_ext.base.op_count.algorithm_flops`: TVM's estimate, or fewer where it
+counts a repeated subexpression at every copy), its proven floor (:func:`tvm_ext.cost.floor_s`:
 no schedule of it runs faster on this machine) and the time over that floor; the rule that
 scheduled it (a function the rules repacked runs as ``<name>_prepacked``, a length range's
 variant of a symbolic model as ``<name>__le64``, each under its function's rule). A function of
@@ -29,7 +30,7 @@ from typing import Sequence
 
 import numpy as np
 
-from tvm_ext.base import tvm_api
+from tvm_ext.base import op_count, tvm_api
 from tvm_ext.base.host_threads import settle
 from tvm_ext.cost import floor_s
 from tvm_ext.hardware.machine import host_machine
@@ -256,7 +257,7 @@ def _call_cost(func, name: str, given: list, target, machine, costs: dict):
         costs[key] = (
             (None, None)
             if func is None
-            else (tvm_api.estimated_flops(func), _floor(func, target, machine))
+            else (op_count.algorithm_flops(func), _floor(func, target, machine))
         )
     return costs[key]
 
