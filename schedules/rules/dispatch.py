@@ -24,7 +24,7 @@ from tvm_ext.schedules.rules import (
     window,
 )
 
-from tvm_ext.base import tvm_api
+from tvm_ext.base import op_count, tvm_api
 from tvm_ext.base.errors import ScheduleNotApplicable
 from tvm_ext.hardware.target import as_target
 
@@ -62,7 +62,7 @@ class Scheduled:
 
     name: str
     rule: str
-    flops: int  # per call (TVM's estimate_tir_flops of the unscheduled function)
+    flops: int  # per call (op_count.algorithm_flops of the unscheduled function)
     calls: int  # call sites in the module's Relax functions (1 for a lone PrimFunc)
     share: float  # of the module's FLOPs, calls counted
 
@@ -132,7 +132,7 @@ def apply(mod, target=None, rules=None) -> Applied:
     target = as_target(target)
     calls = call_counts(mod)
     funcs = {gv: f for gv, f in mod.functions.items() if isinstance(f, tvm_api.PrimFunc)}
-    flops = {gv.name_hint: tvm_api.estimated_flops(f) or 0 for gv, f in funcs.items()}
+    flops = {gv.name_hint: op_count.algorithm_flops(f) or 0 for gv, f in funcs.items()}
     total = sum(flops[n] * calls.get(n, 1) for n in flops) or 1
     out, report = mod, []
     for gv, func in funcs.items():
