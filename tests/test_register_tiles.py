@@ -117,3 +117,33 @@ def test_an_odd_number_of_vectors_shares_each_broadcast_on_avx2(m, k, n):
     text = tvm_api.assembly(tvm_api.build(tvm_api.without_weight_repack(sch.mod), AVX2))
     fmas, broadcasts = text.count("vfmadd"), text.count("vbroadcastss")
     assert fmas and broadcasts <= fmas / 2, (broadcasts, fmas)
+
+
+def test_a_gemv_panel_of_unequal_statements_runs_them_in_one_pass(host):
+    """1025 classes (25 x 41: no whole number of vectors) run in panels of 41 columns. With
+    one row there are too few accumulators for a pass per run of equal statements, and the
+    panel was one 41-lane statement, which LLVM legalized on AVX2 with 60 lane inserts and 30
+    shuffles an iteration (1 x 1280 @ 1280 x 1025: 70-73 us, 1040 classes 37-40 us, Zen 3).
+    Now the statements (8 x 5 and a plain lane on AVX2) sit side by side in one pass: whole
+    vector FMAs and no lane inserts in the loop."""
+    func = legalized_func(
+        lambda x, w: relax.op.matmul(x, w), [("x", (1, 256)), ("w", (256, 1025))], free=(1,)
+    ).with_attr("global_symbol", "main")
+    sch, rule = S.rules.schedule_func(func, host)
+    assert rule == "contraction"
+    lib = tvm_api.build(tvm_api.without_weight_repack(sch.mod), host)
+    fma_blocks = [
+        b for b in re.split(r"\n(?=\.LBB|\s*# %bb)", tvm_api.assembly(lib)) if "vfmadd" in b
+    ]
+    assert fma_blocks
+    for block in fma_blocks:
+        assert "vinsertps" not in block and "vshufps" not in block, block[:2000]
+    width = {8: "%ymm", 16: "%zmm"}[lanes_for(host, 32)]
+    assert any(re.search(rf"vfmadd\w+ps\s.*{width}", b) for b in fma_blocks)
+    # parity: the scheduled head against the plain build
+    x = np.random.default_rng(0).standard_normal((1, 256)).astype("float32")
+    w = np.random.default_rng(1).standard_normal((256, 1025)).astype("float32")
+    got = tvm_api.tensor(np.zeros((1, 1025), "float32"), tvm_api.cpu(0))
+    built = tvm_api.build(sch.mod, host)
+    built(tvm_api.tensor(x, tvm_api.cpu(0)), tvm_api.tensor(w, tvm_api.cpu(0)), got)
+    np.testing.assert_allclose(got.numpy(), x @ w, rtol=1e-4, atol=1e-4)

@@ -33,7 +33,7 @@ from tvm_ext.schedules.rules.fallback import loop_extent, parallel_spatial, stat
 from tvm_ext.schedules.rules.map_rows import fuse_map_rows
 from tvm_ext.schedules.rules.packing import alive, pack_operands, permutation
 from tvm_ext.schedules.rules.padding import inline_window_pads, pad_vector_axis
-from tvm_ext.schedules.rules.tile_shape import statement_runs, tile_sizes
+from tvm_ext.schedules.rules.tile_shape import MIN_PASS_ROWS, statement_runs, tile_sizes
 
 from tvm_ext.base import tvm_api
 from tvm_ext.workloads.kernel_base import np_dtype
@@ -150,7 +150,7 @@ def tile(sch, block, axes: Axes, target, epilogue, sizes: tuple[int, int]) -> bo
         outer.append(r_outer)
         inner.insert(0, r_inner)
     reductions = [loops[i] for i in axes.reduction]
-    runs = statement_runs(nr, mr, lanes_for(target, 32))
+    runs = statement_runs(nr, lanes_for(target, 32))
     sch.reorder(*outer, *reductions, *inner)
     acc = sch.cache_write(block.block_rv, 0, ACC_SCOPE)
     _vector_innermost(sch, block, axes)
@@ -169,9 +169,10 @@ def tile(sch, block, axes: Axes, target, epilogue, sizes: tuple[int, int]) -> bo
     _cut_into_runs(sch, sch.get_loops(acc)[-1], runs)
     if len(inner) == 2:
         sch.unroll(inner[0])
+    one_pass = len(runs) > 1 and mr < MIN_PASS_ROWS
     if len(runs) == 1:
         _vector_statements(sch, inner[-1], *runs[0])
-    else:
+    elif not one_pass:
         # Statements of unequal widths (whole vectors, then narrower ones): the lane loop
         # moved outside the reduction and cut into runs of equal widths, each run its own
         # reduction over the tile's rows (a block of its own: its init split off in it).
@@ -182,6 +183,14 @@ def tile(sch, block, axes: Axes, target, epilogue, sizes: tuple[int, int]) -> bo
     if len(runs) == 1:
         init = sch.decompose_reduction(block.block_rv, reductions[0])
         sch.vectorize(sch.get_loops(init)[-1])
+        return separate
+    if one_pass:
+        # Too few rows for a pass per run: the runs side by side in one reduction (see
+        # MIN_PASS_ROWS). The init stays in the update: the cut puts blocks between the
+        # reduction loop and the update, which decompose_reduction refuses; LLVM peels the
+        # first iteration off (a GEMV's 41-lane panel: five 8-lane FMAs and a scalar one a
+        # step, no branch in the loop).
+        _cut_into_runs(sch, sch.get_loops(block.block_rv)[-1], runs)
         return separate
     depth = len(inner) + len(reductions)  # the loops of a run: its lanes, reduction, rows
     for update, run in zip(updates, runs):

@@ -25,11 +25,14 @@ from tvm_ext.base import tvm_api
 from tvm_ext.hardware.target import target_cores
 
 # The fewest rows a tile of unequal statements needs to run them in passes (see tile): each
-# pass's statements times the rows are its independent FMA chains. A 1 x 1000 classifier
-# head in panels of 40 ran in 47 us as a 32-lane and an 8-lane pass (two and one chains),
-# in 35 us as five 8-lane statements in one pass; 1025 classes in panels of 41, 65 us in
-# three passes, 33 us as one 41-lane statement (LLVM splits it). A 3x3 depthwise
-# convolution of 40 channels with 4 rows, 3.5 -> 2.5 us the other way (Zen 5).
+# pass's statements times the rows are its independent FMA chains. Fewer rows run the
+# statements side by side in one pass. A 1 x 1000 classifier head in panels of 40 ran in
+# 47 us as a 32-lane and an 8-lane pass (two and one chains), in 35 us as five 8-lane
+# statements in one pass; 1025 classes in panels of 41, 65 us in three passes, 33 us as one
+# 41-lane statement (Zen 5). A 3x3 depthwise convolution of 40 channels with 4 rows, 3.5 ->
+# 2.5 us the other way (Zen 5). On AVX2 the one 41-lane statement became 60 lane inserts and
+# 30 shuffles an iteration: 70-73 us, as five 8-lane statements and a plain one in one pass
+# 39-41 us (1025 classes, Zen 3, interleaved; 1040 classes 37-40 us).
 MIN_PASS_ROWS = 3
 
 # The fewest reduction steps for a tile past the stack (see roomy_holds).
@@ -299,14 +302,11 @@ def statements(nr: int, lanes: int) -> list[int]:
     return pieces
 
 
-def statement_runs(nr: int, mr: int, lanes: int) -> list[tuple[int, int]]:
-    """The vector statements of a tile row as runs of (width, count): :func:`statements`;
-    under ``MIN_PASS_ROWS`` rows one run of :func:`statement_width` statements instead of
-    unequal ones (see MIN_PASS_ROWS)."""
+def statement_runs(nr: int, lanes: int) -> list[tuple[int, int]]:
+    """The vector statements of a tile row (:func:`statements`) as runs of (width, count);
+    the caller runs unequal runs in passes from ``MIN_PASS_ROWS`` rows, side by side in one
+    pass under that (see MIN_PASS_ROWS)."""
     pieces = statements(nr, lanes)
-    if len(set(pieces)) > 1 and mr < MIN_PASS_ROWS:
-        width = statement_width(nr, lanes)
-        return [(width, nr // width)]
     return [(w, pieces.count(w)) for w in dict.fromkeys(pieces)]
 
 
