@@ -173,17 +173,22 @@ def whole_panel(n: int, lanes: int, registers: int, widest: int = 3) -> int | No
     the widest divisor of ``n`` up to three vectors that is a whole number of 8-lane
     statements (24, 40 or 120 channels, 1000 classes: panels of 24, 40, 40, 40); else, of
     the divisors between one vector and three vectors and a plain 1-3 lane statement wide
-    (1025 classes on AVX2: 25, three vectors and a lane) and the whole axis where its statements
-    leave ``MIN_PASS_ROWS`` rows of accumulators in ``registers``, the one with the fewest
-    statements per lane (1025 classes: 41, three full vectors' worth of statements and a
-    scalar; 33 channels: 16, 16 and a scalar; 66 columns on AVX-512: four vectors and two
+    (1025 classes on AVX2: 25, three vectors and a lane) and the whole axis where its
+    statements leave two rows of accumulators in ``registers`` (they then run side by side
+    in one pass: see MIN_PASS_ROWS), the one with the fewest statements per lane (1025
+    classes: 41, three full vectors' worth of statements and a scalar; 33 channels: 16, 16
+    and a scalar, on AVX2 8 x 4 and a scalar; 66 columns on AVX-512: four vectors and two
     lanes, not two panels of 33). None when no panel tiles it (197: a caller pads the axis,
     or accepts a tail).
 
     A whole axis of 65 columns (four vectors and a scalar, three rows) ran a 65 x 65 x 256
     matmul in 7.8 us, where padded to 80 lanes (a per-call copy in a parallel stage of its
     own, a write-back under a per-lane predicate) took 11.3 us, 18 us while a neighbour
-    used a core (Zen 5).
+    used a core (Zen 5). On AVX2 a 3x3 depthwise convolution of 33 channels (28 x 28) as
+    one panel of 33 in two rows ran 8.3-9.5 us, in panels of 11 (8 + 3 lanes, two passes of
+    four rows) 11.4-11.9 us, padded to 48 channels 8.3 us; 34 channels 7.9-8.0 against
+    8.6-8.7 us in panels of 17 (Zen 3, interleaved, best of five rounds; 3x3 convolutions
+    of 33 and 34 channels the same either way).
 
     ``widest``: the most whole vectors a panel takes (three, for a tile of rows; more where
     the panel is the tile's every accumulator, see :func:`one_row_panel`)."""
@@ -191,7 +196,7 @@ def whole_panel(n: int, lanes: int, registers: int, widest: int = 3) -> int | No
         if n % size == 0:
             return size
     panels = [d for d in range(lanes + 1, widest * lanes + 4) if n % d == 0]
-    if n > widest * lanes and _row_fit(n, len(statements(n, lanes)), registers) >= MIN_PASS_ROWS:
+    if n > widest * lanes and _row_fit(n, len(statements(n, lanes)), registers) >= 2:
         panels.append(n)
     if not panels:
         return None
