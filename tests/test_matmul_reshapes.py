@@ -90,3 +90,20 @@ def test_an_operand_broadcast_along_the_batch_stays():
         bb.emit_func_output(out)
     mod = bb.get()
     assert tvm_api.same_structure(matmuls_before_reshapes(mod)["main"], mod["main"])
+
+
+def test_a_result_the_block_also_outputs_stays():
+    """The matmul's result leaves the dataflow block too (used after it): moved, the reshape
+    would get a matmul of its own and the original would still run for the later use."""
+    q = relax.Var("q", relax.TensorType((HEADS, 10, WIDTH), "float32"))
+    k = relax.Var("k", relax.TensorType((HEADS, WIDTH, 10), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [q, k]):
+        with bb.dataflow():
+            s = bb.emit_output(relax.op.matmul(q, k))
+            r = bb.emit_output(relax.op.reshape(s, (1, HEADS, 10, 10)))
+        out = bb.emit(relax.Tuple([r, s]))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    moved = matmuls_before_reshapes(mod)
+    assert _calls(moved).count("relax.matmul") == 1, moved["main"]

@@ -67,15 +67,20 @@ def _product(dims):
 
 
 def _shared_vars(mod) -> list:
-    """The dataflow variables of ``mod``'s Relax functions used more than once."""
+    """The variables of ``mod``'s dataflow blocks used more than once, or used after their
+    block (its outputs: ``udchain`` sees the uses inside the block only)."""
+    relax = tvm_api.relax
     shared = []
     for func in mod.functions.values():
-        if not isinstance(func, tvm_api.relax.Function):
+        if not isinstance(func, relax.Function):
             continue
         for block in getattr(func.body, "blocks", ()):
-            if isinstance(block, tvm_api.relax.DataflowBlock):
-                uses = tvm_api.relax.analysis.udchain(block)
+            if isinstance(block, relax.DataflowBlock):
+                uses = relax.analysis.udchain(block)
                 shared += [var for var, users in uses.items() if len(users) > 1]
+                shared += [
+                    b.var for b in block.bindings if not isinstance(b.var, relax.DataflowVar)
+                ]
     return shared
 
 
