@@ -65,6 +65,29 @@ def assumed_bounds(uppers: dict, lowers: dict):
         _ASSUMED.reset(token)
 
 
+# Whether the schedule being made seeds MetaSchedule's search (see search_seed).
+_SEEDING: contextvars.ContextVar[bool] = contextvars.ContextVar("seeding", default=False)
+
+
+@contextlib.contextmanager
+def search_seed():
+    """Schedule a seed for MetaSchedule's search. Its ``RewriteLayout`` post-processor lays
+    out again the weights of every record the search starts from, and fails a check inside
+    TVM 0.27 ("Unexpected type: prim.Sub") on a weight read in a loop cut into runs inside
+    the reduction (the contraction's one-pass statements); the failure raises out of the
+    search's parallel loop and ends the whole tune. A seed keeps such cuts out."""
+    token = _SEEDING.set(True)
+    try:
+        yield
+    finally:
+        _SEEDING.reset(token)
+
+
+def seeding() -> bool:
+    """Whether the schedule being made is a search seed (:func:`search_seed`)."""
+    return _SEEDING.get()
+
+
 def symbolic_extent_work(extent) -> int:
     """What a symbolic extent counts for in a block's work: its highest value under the
     assumed bounds, else ``SYMBOLIC_WORK`` (large: a symbolic length runs in parallel)."""

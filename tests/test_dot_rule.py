@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tvm
-from test_rules import check_rule
+from rule_checks import check_rule
 from test_symbolic_rules import symbolic_rule
 from tvm import te
 from tvm_ext.schedules.rules import dot

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from test_rules import check_rule
+from rule_checks import check_rule
 from tvm import relax
 
 from tvm_ext.workloads.legalized import legalized_func

@@ -10,7 +10,7 @@ import re
 import numpy as np
 import pytest
 import tvm
-from test_rules import _run
+from rule_checks import run_built
 from tvm import te
 
 from tvm_ext import schedules as S
@@ -27,8 +27,8 @@ def symbolic_rule(func, target, lengths, make_args, rule: str = "contraction"):
     rng = np.random.default_rng(0)
     for n in lengths:
         args = make_args(rng, n)
-        want = _run(tvm_api.IRModule({"main": func}), [a.copy() for a in args], target)
-        got = _run(sch.mod, [a.copy() for a in args], target)
+        want = run_built(tvm_api.IRModule({"main": func}), [a.copy() for a in args], target)
+        got = run_built(sch.mod, [a.copy() for a in args], target)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
     return sch.mod.script()
 
@@ -241,8 +241,8 @@ def _check_heads_softmax(func, sch, lengths, host):
     for length in lengths:
         args = [rng.standard_normal((12, length, length)).astype(np.float32),
                 np.zeros((12, length, length), np.float32)]  # fmt: skip
-        want = _run(tvm_api.IRModule({"main": func}), [a.copy() for a in args], host)
-        got = _run(sch.mod, [a.copy() for a in args], host)
+        want = run_built(tvm_api.IRModule({"main": func}), [a.copy() for a in args], host)
+        got = run_built(sch.mod, [a.copy() for a in args], host)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 

@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pytest
 import torch
-from test_rules import check_rule
+from rule_checks import check_rule
 from tvm import relax
 from tvm_ext.schedules.common import vector_registers
 from tvm_ext.schedules.rules.tile_shape import whole_panel

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 
-from tvm_ext.schedules.common import ACC_SCOPE, lanes_for, parallel_pays
+from tvm_ext.schedules.common import ACC_SCOPE, lanes_for, parallel_pays, seeding
 from tvm_ext.schedules.rules.axes import (
     Axes,
     find_axes,
@@ -33,7 +33,12 @@ from tvm_ext.schedules.rules.fallback import loop_extent, parallel_spatial, stat
 from tvm_ext.schedules.rules.map_rows import fuse_map_rows
 from tvm_ext.schedules.rules.packing import alive, pack_operands, permutation
 from tvm_ext.schedules.rules.padding import inline_window_pads, pad_vector_axis
-from tvm_ext.schedules.rules.tile_shape import MIN_PASS_ROWS, statement_runs, tile_sizes
+from tvm_ext.schedules.rules.tile_shape import (
+    MIN_PASS_ROWS,
+    statement_runs,
+    statement_width,
+    tile_sizes,
+)
 
 from tvm_ext.base import tvm_api
 from tvm_ext.workloads.kernel_base import np_dtype
@@ -151,6 +156,11 @@ def tile(sch, block, axes: Axes, target, epilogue, sizes: tuple[int, int]) -> bo
         inner.insert(0, r_inner)
     reductions = [loops[i] for i in axes.reduction]
     runs = statement_runs(nr, lanes_for(target, 32))
+    if len(runs) > 1 and mr < MIN_PASS_ROWS and seeding():
+        # A search seed: no loop cut inside the reduction (common.search_seed); the panel as
+        # statements of the widest width dividing it, one when none does (LLVM splits it).
+        width = statement_width(nr, lanes_for(target, 32))
+        runs = [(width, nr // width)]
     sch.reorder(*outer, *reductions, *inner)
     acc = sch.cache_write(block.block_rv, 0, ACC_SCOPE)
     _vector_innermost(sch, block, axes)

@@ -108,7 +108,7 @@ def algorithm_flops(func) -> int | None:
     """The smaller of TVM's FLOP estimate of ``func`` and :func:`distinct_flops`: what its
     algorithm must run at least (TVM's counts repeated subexpressions and, on a scheduled
     function, its split predicates and recomputation). None when neither can count it."""
-    counts = [n for n in (tvm_api.estimated_flops(func), distinct_flops(func)) if n]
+    counts = [n for n in (tvm_api.estimated_flops(func), distinct_flops(func)) if n is not None]
     return min(counts) if counts else None
 
 

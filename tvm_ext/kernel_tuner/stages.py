@@ -46,6 +46,7 @@ from tvm_ext.records.logs import (
     structural_hash,
 )
 from tvm_ext.schedules import schedule
+from tvm_ext.schedules.common import search_seed
 
 log = logging.getLogger("tvm_ext.tune")
 Source = Literal["search", "hand schedule"]
@@ -80,11 +81,12 @@ def hand_schedule(task: Task):
     """
 
     try:
-        if task.workload is not None:
-            return schedule(task.workload, task.target)
-        if task.func.attrs is None or "layout_free_buffers" not in task.func.attrs:
-            return schedule(task.func, task.target)
-        plain = schedule(task.func.without_attr("layout_free_buffers"), task.target)
+        with search_seed():  # no schedule the search's post-processors fail on
+            if task.workload is not None:
+                return schedule(task.workload, task.target)
+            if task.func.attrs is None or "layout_free_buffers" not in task.func.attrs:
+                return schedule(task.func, task.target)
+            plain = schedule(task.func.without_attr("layout_free_buffers"), task.target)
         return apply_trace(task.func, plain.trace)
     except ScheduleNotApplicable as why:
         log.info("no hand schedule to seed the search: %s", why)
