@@ -335,29 +335,9 @@ def _pipe_ops(stmt) -> tuple[int, int]:
     distinct subexpression of a store's value once (:func:`~tvm_ext.base.op_count.first`)."""
     muls = adds = flops = 0
     for s in _children(stmt):
-        m, a, f = _op_kinds(s.value, set())
+        m, a, f = op_count.op_kinds(s.value, set())
         muls, adds, flops = muls + m, adds + a, flops + f
     return muls, flops - min(muls, adds)
-
-
-def _op_kinds(expr, seen: set) -> tuple[int, int, int]:
-    """(multiplies, adds/subtracts, all counted operations) of an expression."""
-    if isinstance(expr, op_count.ARITH):
-        if not op_count.first(expr, seen):
-            return 0, 0, 0
-        a, b = _op_kinds(expr.a, seen), _op_kinds(expr.b, seen)
-        m = int(isinstance(expr, tirx.Mul))
-        s = int(isinstance(expr, (tirx.Add, tirx.Sub)))
-        return a[0] + b[0] + m, a[1] + b[1] + s, a[2] + b[2] + 1
-    if isinstance(expr, tirx.Cast):
-        return _op_kinds(expr.value, seen)
-    if isinstance(expr, ir.Call):
-        own = int(op_count.call_name(expr) in op_count.MATH_CALLS)
-        if own and not op_count.first(expr, seen):
-            return 0, 0, 0
-        parts = [_op_kinds(a, seen) for a in expr.args if not isinstance(a, str)]
-        return sum(p[0] for p in parts), sum(p[1] for p in parts), sum(p[2] for p in parts) + own
-    return 0, 0, 0
 
 
 def _chain_op(stmt) -> str:

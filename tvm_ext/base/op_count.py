@@ -53,26 +53,36 @@ def call_name(expr) -> str:
     return str(getattr(expr.op, "name", expr.op)).rsplit(".", 1)[-1]
 
 
-def count_ops(expr, seen: set) -> int:
-    """Operations of ``expr`` not yet in ``seen`` (one store's value: pass a fresh set)."""
+def op_kinds(expr, seen: set) -> tuple[int, int, int]:
+    """(multiplies, adds and subtracts, all operations) of ``expr`` not yet in ``seen`` (one
+    store's value: pass a fresh set); :class:`Uncountable` on a construct it cannot price."""
     if isinstance(expr, ARITH):
         if not first(expr, seen):
-            return 0
-        return 1 + count_ops(expr.a, seen) + count_ops(expr.b, seen)
+            return 0, 0, 0
+        a, b = op_kinds(expr.a, seen), op_kinds(expr.b, seen)
+        mul = int(isinstance(expr, tirx.Mul))
+        add = int(isinstance(expr, (tirx.Add, tirx.Sub)))
+        return a[0] + b[0] + mul, a[1] + b[1] + add, a[2] + b[2] + 1
     if isinstance(expr, tirx.Cast):
-        return count_ops(expr.value, seen)
+        return op_kinds(expr.value, seen)
     if isinstance(expr, ir.Call):
         op = call_name(expr)
-        if op in MATH_CALLS:
-            if not first(expr, seen):
-                return 0
-            return 1 + sum(count_ops(a, seen) for a in expr.args)
-        if op in FREE_CALLS:
-            return sum(count_ops(a, seen) for a in expr.args if not isinstance(a, str))
-        raise Uncountable(f"call to {op}")
+        if op not in MATH_CALLS and op not in FREE_CALLS:
+            raise Uncountable(f"call to {op}")
+        own = int(op in MATH_CALLS)
+        if own and not first(expr, seen):
+            return 0, 0, 0
+        parts = [op_kinds(a, seen) for a in expr.args if not isinstance(a, str)]
+        return (sum(p[0] for p in parts), sum(p[1] for p in parts),
+                sum(p[2] for p in parts) + own)  # fmt: skip
     if isinstance(expr, FREE):
-        return 0
+        return 0, 0, 0
     raise Uncountable(f"expression {type(expr).__name__}")
+
+
+def count_ops(expr, seen: set) -> int:
+    """Operations of ``expr`` not yet in ``seen`` (:func:`op_kinds`' last count)."""
+    return op_kinds(expr, seen)[2]
 
 
 def stores(stmt) -> list:
@@ -121,6 +131,7 @@ __all__ = [
     "algorithm_flops",
     "call_name",
     "count_ops",
+    "op_kinds",
     "distinct_flops",
     "first",
     "stores",
