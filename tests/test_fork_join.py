@@ -49,6 +49,10 @@ def test_the_threshold_is_probed_once_then_read_from_the_cache(unpinned, monkeyp
     path.write_text(json.dumps(dict(data, when="2020-01-01T00:00:00+00:00")))
     fork_join._record.cache_clear()  # stale: probed again
     assert fork_join.parallel_min_work(host) == 4096 and len(calls) == 2
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps(dict(data, how="one pass, each size timed once")))
+    fork_join._record.cache_clear()  # probed another way (one pass read it high): again
+    assert fork_join.parallel_min_work(host) == 4096 and len(calls) == 3
 
 
 def test_a_target_that_cannot_run_here_gets_the_default(unpinned, monkeypatch):
@@ -73,6 +77,19 @@ def test_the_rules_run_a_loop_in_parallel_only_past_the_threshold(monkeypatch, m
     monkeypatch.setenv(fork_join.ENV, str(min_work))
     sch, _ = schedule_func(_bias_relu(64, 1024), host_target(num_cores=2))
     assert ("T.parallel" in sch.mod.script()) == parallel
+
+
+def test_an_iteration_weighs_as_many_accesses_as_it_makes(monkeypatch):
+    """A 64 x 1024 bias + ReLU (two loads and a store an iteration) weighs 1.5 of the probe's
+    iterations (one load, one store): parallel at a threshold of 80000 iterations; a copy of
+    the same size (the probe's two accesses) stays serial there."""
+    monkeypatch.setenv(fork_join.ENV, "80000")
+    x = te.placeholder((64, 1024), name="x")
+    copy = te.create_prim_func([x, te.compute(x.shape, lambda i, j: x[i, j], name="y")])
+    host = host_target(num_cores=2)
+    for func, parallel in ((_bias_relu(64, 1024), True), (copy, False)):
+        sch, _ = schedule_func(func.with_attr("global_symbol", "main"), host)
+        assert ("T.parallel" in sch.mod.script()) == parallel
 
 
 def _rows(n: int, libm: bool):

@@ -23,7 +23,7 @@ from tvm_ext.schedules.rules.fallback import (
     pays,
     static_int,
     vector_runs,
-    work,
+    weighted_work,
 )
 
 from tvm_ext.base import tvm_api
@@ -77,7 +77,7 @@ def _siblings_merged(sch, blocks, target):
     except tvm_api.ScheduleError:
         return None
     libm = any(calls_libm(s.body) for s in stmts)
-    if parallel_pays(sum(work(b) for b in blocks), target, libm):
+    if parallel_pays(sum(weighted_work(sch, [b]) for b in blocks), target, libm):
         trial.parallel(top)
     return trial
 
