@@ -11,7 +11,7 @@ import types
 import numpy as np
 import pytest
 import tvm
-from rule_checks import check_rule, script, user_matmul_bias_relu
+from rule_checks import check_rule, run_built, script, user_matmul_bias_relu
 from tvm import relax, te, topi
 from tvm.relax.frontend import nn
 
@@ -384,6 +384,27 @@ def test_a_split_runs_its_pieces_under_one_parallel_loop(host):
     after = text[text.index("T.parallel(") :]
     assert all(f'T.sblock("piece{k}")' in after for k in range(3))
     assert text.count("T.vectorized(") == 3
+
+
+def test_a_gather_runs_its_rows_in_parallel_and_each_row_s_vectors_in_a_loop(host):
+    """An embedding lookup: its rows (the parallel loop) are enough for the cores, so each
+    row's vectors run in a loop of their own; fused into the parallel loop, every vector
+    recovered its row by a division and reloaded the token's index: GPT-2's 128 x 768 lookup
+    12.8 us, over the rows 4.0 us (Zen 3)."""
+    table = te.placeholder((1000, 256), name="table")
+    ids = te.placeholder((256,), "int32", name="ids")
+    out = te.compute((256, 256), lambda i, j: table[te.max(te.min(ids[i], 999), 0), j], name="out")
+    assert fork_join.parallel_min_work(host) <= 256 * 256 * 1.5
+    func = te.create_prim_func([table, ids, out])
+    sch, took = S.rules.schedule_func(func.with_attr("global_symbol", "main"), host)
+    assert took == "injective"
+    text = script(sch)
+    assert "T.parallel(256)" in text and re.search(r"T\.vectorized\(8|16\)", text)
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, 1000, 256).astype("int32")
+    args = [rng.standard_normal((1000, 256)).astype("float32"), ids, np.zeros((256, 256), "f")]
+    got = run_built(sch.mod, [a.copy() for a in args], host)
+    np.testing.assert_array_equal(got, args[0][args[1]])
 
 
 @pytest.mark.parametrize("combine", ["max", "sum"])

@@ -12,7 +12,7 @@ from tvm_ext.schedules.common import parallel_pays, symbolic_extent_work
 
 from tvm_ext.base import tvm_api
 from tvm_ext.hardware.fork_join import PROBE_ACCESSES
-from tvm_ext.hardware.target import lanes_for
+from tvm_ext.hardware.target import lanes_for, target_cores
 
 NAME = "fallback"
 
@@ -128,6 +128,8 @@ def parallel_spatial(sch, block, target, vectorize: bool, parallel: bool) -> Non
     elif aligned is None and vectorize and lead == len(loops) and (last_extent or 0) >= lanes:
         last, inner = sch.split(loops[-1], [None, lanes])
         loops = [*loops[:-1], last]
+        if lead > 1 and (not parallel or _rows_busy_cores(sch, loops[: lead - 1], target)):
+            lead -= 1
     elif lead == len(loops) and lead > 1 and last_extent is None:
         lead -= 1
     if lead:
@@ -140,6 +142,26 @@ def parallel_spatial(sch, block, target, vectorize: bool, parallel: bool) -> Non
         sch.vectorize(inner)
     if aligned is not None:
         sch.loop_partition(aligned[0], [*aligned[1][:-1], None])
+
+
+# The parallel iterations per core from which a nest's rows alone keep the cores busy.
+ROWS_PER_CORE = 4
+
+
+def _rows_busy_cores(sch, rows, target) -> bool:
+    """Whether the loops ``rows`` (a nest's leading loops, outside the one over its last
+    axis's vectors) give every core of ``target`` ``ROWS_PER_CORE`` iterations or more: the
+    parallel loop is then theirs alone, and each row's vectors run in a loop of their own (as
+    they do in a serial nest).
+    Fused with the rows, the loop over the vectors recovers its row by a division at every
+    vector, and a gather's row index with it: GPT-2's token embedding (128 rows of 768 from
+    a 50257-row table) ran 12.8 us so, 4.0 us over the rows, 7.1 us serial (Zen 3)."""
+    if not rows:
+        return False
+    total = 1
+    for loop in rows:
+        total *= loop_extent(sch, loop) or 0
+    return total >= ROWS_PER_CORE * target_cores(target)
 
 
 def aligned_width(bounds: list[int], extent: int, lanes: int) -> int | None:
