@@ -84,10 +84,10 @@ def _siblings_merged(sch, blocks, target):
 
 def _transposed_axis(sch, block, lanes: int) -> tuple[int, int] | None:
     """The iterator along which every read of ``block`` is contiguous, and the output's
-    dimension it indexes, when at least two reads, and all of them, are strided along the
-    output's last axis (a Llama key's rotary embedding written transposed for ``Q K^T``: four
-    gathers per output vector); None when the block is not such a transpose, or an extent is
-    no whole number of vectors."""
+    dimension it indexes, when every read is strided along the output's last axis (a Llama
+    key's rotary embedding written transposed for ``Q K^T``: four gathers per output vector;
+    GPT-2's keys, one: 64 -> 21 us for 12 heads x 64 x 128 tokens, 55 us unscheduled, Zen 3);
+    None when the block is not such a transpose, or an extent is no whole number of vectors."""
     stmt = sch.get(block.block_rv).body
     iters = [it.var for it in block.iters]
     if not isinstance(stmt, tvm_api.tirx.BufferStore) or len(iters) < 2:
@@ -101,7 +101,7 @@ def _transposed_axis(sch, block, lanes: int) -> tuple[int, int] | None:
     last = iters[-1].name
     lasts = [vars_of(load.indices[-1]) for load in loads]
     others = [set().union(*(vars_of(i) for i in load.indices[:-1])) for load in loads]
-    if len(loads) < 2 or any(last in a or last not in b for a, b in zip(lasts, others)):
+    if not loads or any(last in a or last not in b for a, b in zip(lasts, others)):
         return None
     common = set.intersection(*lasts)
     extents = [static_int(d) for d in block.dom()]
