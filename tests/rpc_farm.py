@@ -2,17 +2,22 @@
 
 TVM's tracker and server each spawn a ``tvm.exec.popen_worker`` child that outlives a kill of
 its parent and keeps listening; started with ``start_new_session=True``, the whole group is
-signalled and checked gone, so no test leaves one behind.
+signalled and checked gone, so no test leaves one behind. Each process gets a temporary
+folder of its own as ``TMPDIR`` (a server keeps its uploads in a folder it removes only when
+it exits cleanly, never when its group is killed: each test run left one in /tmp), removed
+when the process is stopped.
 """
 
 from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import psutil
@@ -29,14 +34,17 @@ def free_port() -> int:
 def start(command: str | list[str], env: dict | None = None, cwd=None) -> subprocess.Popen:
     """A process (a shell-like command line or an argv) in a new process group."""
     argv = shlex.split(command) if isinstance(command, str) else list(command)
-    return subprocess.Popen(
+    scratch = tempfile.mkdtemp(prefix="tvm-ext-rpc-farm-")
+    proc = subprocess.Popen(
         argv,
-        env={**os.environ, **(env or {})},
+        env={**os.environ, **(env or {}), "TMPDIR": scratch},
         cwd=cwd,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
+    proc.scratch = scratch
+    return proc
 
 
 def group_members(pgid: int) -> list[int]:
@@ -70,6 +78,8 @@ def stop(proc: subprocess.Popen, timeout_s: float = 10.0) -> None:
         pass
     left = group_members(pgid)
     assert not left, f"processes {left} of group {pgid} survived SIGKILL"
+    if getattr(proc, "scratch", None):
+        shutil.rmtree(proc.scratch, ignore_errors=True)
 
 
 def tracker_argv(port: int) -> list[str]:
