@@ -62,17 +62,16 @@ def accesses(stmt) -> int:
     for a body that is no single store."""
     if not isinstance(stmt, tvm_api.tirx.BufferStore):
         return PROBE_ACCESSES
-    seen = set()
-
-    def visit(expr) -> None:
-        if isinstance(expr, tvm_api.ir.expr.TensorLoad):
-            if not expr.source.same_as(stmt.buffer):
-                seen.add(str(expr))
-        for child in expr_children(expr):
-            visit(child)
-
-    visit(stmt.value)
+    seen = {str(load) for load in loads(stmt.value) if not load.source.same_as(stmt.buffer)}
     return len(seen) + 1
+
+
+def loads(expr) -> list:
+    """The buffer loads in ``expr`` (through calls, selects, casts and arithmetic; a load's
+    indices are not walked)."""
+    if isinstance(expr, tvm_api.ir.expr.TensorLoad):  # TVM 0.27's buffer load
+        return [expr]
+    return [load for child in expr_children(expr) for load in loads(child)]
 
 
 def static_int(value) -> int | None:

@@ -17,7 +17,7 @@ from tvm_ext.schedules.rules.fallback import (
     aligned_width,
     branch_points,
     calls_libm,
-    expr_children,
+    loads,
     loop_extent,
     parallel_spatial,
     pays,
@@ -95,13 +95,13 @@ def _transposed_axis(sch, block, lanes: int) -> tuple[int, int] | None:
     dims = _output_dims(stmt, iters)
     if dims is None:
         return None  # the output is not indexed by the iterators in order
-    loads = _loads(stmt.value)
-    if not loads or any(len(load.indices) == 0 for load in loads):
+    reads = loads(stmt.value)
+    if not reads or any(len(load.indices) == 0 for load in reads):
         return None  # nothing read, or a 0-d scalar (broadcast, not strided)
     last = iters[-1].name
-    lasts = [vars_of(load.indices[-1]) for load in loads]
-    others = [set().union(*(vars_of(i) for i in load.indices[:-1])) for load in loads]
-    if not loads or any(last in a or last not in b for a, b in zip(lasts, others)):
+    lasts = [vars_of(load.indices[-1]) for load in reads]
+    others = [set().union(*(vars_of(i) for i in load.indices[:-1])) for load in reads]
+    if any(last in a or last not in b for a, b in zip(lasts, others)):
         return None
     common = set.intersection(*lasts)
     extents = [static_int(d) for d in block.dom()]
@@ -133,13 +133,6 @@ def _output_dims(stmt, iters) -> list[int] | None:
     if any(not stmt.indices[d].same_as(v) for d, v in zip(dims, iters)):
         return None
     return dims
-
-
-def _loads(expr) -> list:
-    """The buffer loads in ``expr`` (through calls, selects, casts and arithmetic)."""
-    if isinstance(expr, tvm_api.ir.expr.TensorLoad):  # TVM 0.27's buffer load
-        return [expr]
-    return [load for child in expr_children(expr) for load in _loads(child)]
 
 
 def _through_a_tile(sch, block, across: int, dim: int, lanes: int, target) -> None:
