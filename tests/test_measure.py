@@ -95,6 +95,15 @@ def test_tolerances_per_dtype():
         check_parity([np.array([np.nan], np.float32)], [np.array([1.0])], "nan")
 
 
+def test_a_nan_or_infinity_the_reference_has_at_the_same_place_is_no_error():
+    special = np.array([1.0, np.nan, np.inf, -np.inf])
+    assert check_parity([special.astype(np.float32)], [special], "same") == (0.0, 0.0)
+    for out, ref in [([1.0, 2.0], [1.0, np.nan]), ([1.0, -np.inf], [1.0, np.inf]),
+                     ([1.0, np.inf], [1.0, 5.0]), ([1.0, np.nan], [1.0, np.inf])]:  # fmt: skip
+        with pytest.raises(ParityError, match="inf"):
+            check_parity([np.array(out, np.float32)], [np.array(ref)], "differs")
+
+
 def test_threads_context_sets_and_restores_the_pool():
     before = tvm_api.runtime_threads()
     with tvm_api.threads(1):

@@ -25,11 +25,12 @@ from tvm_ext.base import tvm_api
 from tvm_ext.hardware.target import as_target, lanes_for
 from tvm_ext.model_pipeline.boundary import InputSpec, index_checks, input_vars
 from tvm_ext.model_pipeline.compiled import Compiled, Reference, Timing
+from tvm_ext.model_pipeline.fast_activations import LEGALIZE, activations_as_fast_math
 from tvm_ext.model_pipeline.index_guard import safe_indexing
 from tvm_ext.model_pipeline.layout import channels_last, folded_batch_norm, whole_vector_weights
 from tvm_ext.model_pipeline.length_dispatch import bounded_rules, dispatching
 from tvm_ext.model_pipeline.matmul_reshapes import matmuls_before_reshapes
-from tvm_ext.model_pipeline.relax_fixes import activations_as_fast_math, fixed
+from tvm_ext.model_pipeline.relax_fixes import fixed
 from tvm_ext.model_pipeline.transposes import transposes_before_reshapes
 from tvm_ext.schedules.rules.dispatch import apply
 from tvm_ext.workloads.model_base import Model
@@ -130,7 +131,7 @@ def lower(mod, target, entry: str):
             transform.DecomposeOpsForInference(),
             transform.CanonicalizeBindings(),
             # exp, erf, tanh as polynomials TIR can vectorize (libm's are scalar calls): softmax,
-            # GELU and SiLU (written with them first: activations_as_fast_math) at vector speed.
+            # GELU and the sigmoid (written so first: activations_as_fast_math) at vector speed.
             transform.FastMathTransform(),
             # Weights folded first (a Linear's transpose), so an odd output axis is padded
             # once, at compile time (layout.whole_vector_weights).
@@ -144,7 +145,7 @@ def lower(mod, target, entry: str):
                 opt_level=0,
                 name="WholeVectorWeights",
             ),
-            transform.LegalizeOps(),
+            transform.LegalizeOps(LEGALIZE),
             transform.AnnotateTIROpPattern(),
             transform.FoldConstant(),
             transform.FuseOps(),

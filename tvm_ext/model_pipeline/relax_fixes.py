@@ -29,12 +29,7 @@
   has no known shape and ``LegalizeOps`` refuses it. Such a call is reshaped to the shape the
   bounds give (a view the VM makes at no cost).
 
-:func:`activations_as_fast_math` is no bug fix but the same kind of rewrite: GELU, its tanh
-form and the sigmoid (SiLU's) written with ``erf``/``tanh``/``exp``, which ``lower``'s
-``FastMathTransform`` then turns into polynomials the rules vectorize; legalized as they are,
-they call libm's scalar ``erf``/``tanh``/``expf`` per element (BERT's GELU at 16 x 3072 took
-291 us, about 6 ns an element; see the function). So does ``power`` with a constant exponent
-(``powf``): squares, cubes and fourth powers are written as products, ``x ** 0.5`` as ``sqrt``.
+Element-wise math rewritten for speed, not around a bug, is :mod:`.fast_activations`.
 """
 
 from __future__ import annotations
@@ -164,54 +159,4 @@ def _bool_comparison_as_int8(call):
     return getattr(op, COMPARISONS[name])(*(op.astype(a, "int8") for a in call.args))
 
 
-def activations_as_fast_math(mod):
-    """``mod`` with ``gelu``, ``gelu_tanh`` and ``sigmoid`` written as the elementwise
-    arithmetic they are around ``erf``, ``tanh`` and ``exp`` (the ops ``FastMathTransform``
-    replaces by polynomials): ``x (1/2 + erf(x / sqrt 2) / 2)``, ``x (1/2 + tanh(sqrt(2 / pi)
-    (x + 0.044715 x^3)) / 2)`` and ``1 / (1 + exp(-x))``."""
-    return tvm_api.rewrite_calls(mod, _activation)
-
-
-def _activation(call):
-    name = tvm_api.call_name(call)
-    if name == "relax.power":
-        return _power_as_products(call)
-    if name not in ("relax.nn.gelu", "relax.nn.gelu_tanh", "relax.sigmoid"):
-        return None
-    dtype = tvm_api.tensor_dtype(call.args[0])
-    if not dtype.startswith("float"):
-        return None
-    op, x = tvm_api.relax.op, call.args[0]
-
-    def c(value):
-        return tvm_api.relax.const(value, dtype)
-
-    if name == "relax.sigmoid":
-        return op.divide(c(1.0), op.add(c(1.0), op.exp(op.negative(x))))
-    if name == "relax.nn.gelu":
-        inner = op.erf(op.multiply(x, c(0.7071067811865476)))
-    else:
-        cubic = op.add(x, op.multiply(c(0.044715), op.multiply(x, op.multiply(x, x))))
-        inner = op.tanh(op.multiply(c(0.7978845608028654), cubic))
-    return op.multiply(x, op.add(c(0.5), op.multiply(inner, c(0.5))))
-
-
-def _power_as_products(call):
-    """``x ** 2``, ``x ** 3`` and ``x ** 4`` (RMSNorm's square, GPT-2's tanh-GELU cube) as
-    products, ``x ** 0.5`` as ``sqrt``: legalized, ``power`` calls libm's scalar ``powf`` per
-    element (GPT-2's GELU at 128 x 3072 ran at 25 GFLOP/s, 16x its floor)."""
-    x, exponent = call.args
-    dtype = tvm_api.tensor_dtype(x)
-    value = tvm_api.constant_values(exponent)
-    if not dtype.startswith("float") or value is None or value.size != 1:
-        return None
-    value, op = float(value.reshape(())), tvm_api.relax.op
-    if value == 0.5:
-        return op.sqrt(x)
-    if value in (2.0, 3.0, 4.0):
-        square = op.multiply(x, x)
-        return {2.0: square, 3.0: op.multiply(square, x), 4.0: op.multiply(square, square)}[value]
-    return None
-
-
-__all__ = ["COMPARISONS", "SCANS", "activations_as_fast_math", "fixed"]
+__all__ = ["COMPARISONS", "SCANS", "fixed"]
