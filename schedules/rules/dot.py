@@ -41,8 +41,8 @@ MAX_ROWS = 8
 def schedule_func(func, target):
     sch = tvm_api.Schedule(func)
     shape = one_reduction(sch)
-    if shape is None or shape[0]:
-        return None
+    if shape is None or shape[0] or len(shape[2]) > 1:
+        return None  # padding, or an epilogue broadcast: the contraction rule's
     _, main, epilogue = shape
     stmt = sch.get(main.block_rv)
     output = stmt.writes[0].source

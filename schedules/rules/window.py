@@ -73,6 +73,7 @@ def schedule_func(func, target):
     packs, packed_weights = pack_operands(sch, func, main, axes, nr)
     if tile(sch, main, axes, target, epilogue[0] if epilogue else None, (mr, nr)):
         pads.append(epilogue[0])
+    pads += epilogue[1:]  # a broadcast of the epilogue (see one_reduction)
     for stage in pads + [tvm_api.dlight.analysis.get_sblock_info(sch, b) for b in packs]:
         parallel_spatial(sch, stage, target, True, parallel_pays(work(stage), target))
     for block in packed_weights:
