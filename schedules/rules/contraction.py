@@ -132,8 +132,8 @@ def _schedule(sch, func, target, pad: bool):
         return _schedule(sch, func, target, pad=False)
     mr, nr = tile_sizes(main, axes, target, roomy=True)
     lanes, epi = lanes_for(target, 32), epilogue[0] if epilogue else None
-    fused = fuse_map_rows(sch, main, epi, axes, mr, weight_names(func), lanes)
-    if fused is not None:  # a pointwise convolution's small map: its rows as one axis
+    fused = fuse_map_rows(sch, main, epi, axes, (mr, nr), weight_names(func), target)
+    if fused is not None:  # a convolution's small map: its rows as one axis
         main, epi, axes = fused
         mr, nr = tile_sizes(main, axes, target, roomy=True)
     packs, weights = pack_operands(sch, func, main, axes, nr, _panel(main, axes, nr, target))
