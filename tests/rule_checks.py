@@ -49,3 +49,22 @@ def user_matmul_bias_relu(M, N, K):
     C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
     D = te.compute((M, N), lambda i, j: te.max(C[i, j] + bias[j], 0.0), name="D")
     return te.create_prim_func([A, B, bias, D])
+
+
+def se_gate(c: int, k: int, h: int):
+    """A squeeze-excitation gate: a GEMV of ``c`` channels over ``k`` (a 1x1 convolution on a
+    1 x 1 map), its bias and sigmoid, multiplying an ``h x h x c`` map; weight and bias
+    layout-free."""
+    from tvm import topi
+
+    x = te.placeholder((1, k), name="x")
+    w = te.placeholder((c, k), name="w")
+    b = te.placeholder((c,), name="b")
+    fmap = te.placeholder((h, h, c), name="fmap")
+    r = te.reduce_axis((0, k), name="r")
+    y = te.compute((1, c), lambda i, j: te.sum(x[i, r] * w[j, r], axis=r), name="y")
+    z = te.compute((1, c), lambda i, j: y[i, j] + b[j], name="z")
+    e = topi.fast_exp(topi.negative(z))
+    g = te.compute((1, c), lambda i, j: 1.0 / (1.0 + e[i, j]), name="g")
+    out = te.compute((h, h, c), lambda u, v, j: fmap[u, v, j] * g[0, j], name="out")
+    return te.create_prim_func([x, w, b, fmap, out]).with_attr("layout_free_buffers", [1, 2])

@@ -10,7 +10,7 @@ import re
 import numpy as np
 import pytest
 import tvm
-from rule_checks import check_rule, script, user_matmul_bias_relu
+from rule_checks import check_rule, script, se_gate, user_matmul_bias_relu
 from tvm import relax, te, topi
 from tvm.relax.frontend import nn
 
@@ -195,18 +195,7 @@ def test_a_gate_broadcast_over_a_map_computes_its_activation_once_a_channel(host
     a channel, and the broadcast product is a loop nest of its own with no ``exp`` in it
     (inlined into the product, efficientnet's gates of 1152 channels computed each sigmoid
     49 times: 60 -> 29 us)."""
-    c, k, h = 64, 48, 7
-    x = te.placeholder((1, k), name="x")
-    w = te.placeholder((c, k), name="w")
-    b = te.placeholder((c,), name="b")
-    fmap = te.placeholder((h, h, c), name="fmap")
-    r = te.reduce_axis((0, k), name="r")
-    y = te.compute((1, c), lambda i, j: te.sum(x[i, r] * w[j, r], axis=r), name="y")
-    z = te.compute((1, c), lambda i, j: y[i, j] + b[j], name="z")
-    e = topi.fast_exp(topi.negative(z))
-    g = te.compute((1, c), lambda i, j: 1.0 / (1.0 + e[i, j]), name="g")
-    out = te.compute((h, h, c), lambda u, v, j: fmap[u, v, j] * g[0, j], name="out")
-    func = te.create_prim_func([x, w, b, fmap, out]).with_attr("layout_free_buffers", [1, 2])
+    func = se_gate(64, 48, 7)
     text = script(check_rule(func, host, "contraction", rtol=1e-4))
     product = text[text.index('T.sblock("out")') :]
     assert "T.reinterpret" not in product and "T.reinterpret" in text  # fast_exp's 2^n

@@ -29,7 +29,13 @@ from tvm_ext.schedules.rules.axes import (
     vars_of,
     weight_names,
 )
-from tvm_ext.schedules.rules.fallback import loop_extent, parallel_spatial, static_int, work
+from tvm_ext.schedules.rules.fallback import (
+    loop_extent,
+    parallel_spatial,
+    pays,
+    static_int,
+    work,
+)
 from tvm_ext.schedules.rules.map_rows import fuse_map_rows
 from tvm_ext.schedules.rules.packing import alive, pack_operands, permutation
 from tvm_ext.schedules.rules.padding import inline_window_pads, pad_vector_axis
@@ -148,7 +154,7 @@ def _schedule(sch, func, target, pad: bool):
     # (Zen 4, 2 threads; likely the pool's idle workers parking during the serial copy).
     tiles_parallel = parallel_pays(work(main), target)
     for stage in pads + [tvm_api.dlight.analysis.get_sblock_info(sch, b) for b in packs]:
-        parallel = tiles_parallel or parallel_pays(work(stage), target)
+        parallel = tiles_parallel or pays(sch, [stage], target)
         parallel_spatial(sch, stage, target, True, parallel)
     for block in weights:  # run once, at compile time, when the caller folds weights
         sch.annotate(block, "meta_schedule.layout_rewrite_preproc", True)

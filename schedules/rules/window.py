@@ -26,7 +26,7 @@ from __future__ import annotations
 from tvm_ext.schedules.common import parallel_pays
 from tvm_ext.schedules.rules.axes import Axes, group_width, static_extents, vars_of, weight_names
 from tvm_ext.schedules.rules.contraction import one_reduction, tile
-from tvm_ext.schedules.rules.fallback import loop_extent, parallel_spatial, work
+from tvm_ext.schedules.rules.fallback import loop_extent, parallel_spatial, pays, work
 from tvm_ext.schedules.rules.packing import pack_operands
 from tvm_ext.schedules.rules.tile_shape import tile_sizes
 
@@ -75,7 +75,7 @@ def schedule_func(func, target):
         pads.append(epilogue[0])
     pads += epilogue[1:]  # a broadcast of the epilogue (see one_reduction)
     for stage in pads + [tvm_api.dlight.analysis.get_sblock_info(sch, b) for b in packs]:
-        parallel_spatial(sch, stage, target, True, parallel_pays(work(stage), target))
+        parallel_spatial(sch, stage, target, True, pays(sch, [stage], target))
     for block in packed_weights:
         sch.annotate(block, "meta_schedule.layout_rewrite_preproc", True)
     return sch
