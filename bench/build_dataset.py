@@ -17,10 +17,11 @@ import argparse
 import json
 import os
 import pathlib
-import subprocess
 import sys
 import tempfile
 import time
+
+from _child import child_json
 
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "tuning_logs" / "dataset"
 
@@ -109,12 +110,10 @@ def main() -> None:
         pathlib.Path(args.out).write_text(json.dumps(summary))
         return
     for index in args.only if args.only is not None else range(len(WORKLOADS)):
-        out = tempfile.mktemp(suffix=".json")
-        cmd = [sys.executable, __file__, "--one", str(index), "--out", out]
+        cmd = [sys.executable, __file__, "--one", str(index)]
         cmd += ["--trials", str(args.trials), "--batch", str(args.batch)]
         cmd += ["--seed", str(args.seed)]
-        subprocess.run(cmd, check=True, env=os.environ | {"PYTHONUNBUFFERED": "1"})
-        print(json.loads(pathlib.Path(out).read_text()), flush=True)
+        print(child_json(cmd, env=os.environ | {"PYTHONUNBUFFERED": "1"}), flush=True)
 
 
 if __name__ == "__main__":

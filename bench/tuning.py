@@ -24,10 +24,11 @@ import json
 import os
 import pathlib
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
+
+from _child import child_json
 
 WORKLOADS = {
     "matmul 256^3": ("matmul", (256, 256, 256)),
@@ -229,15 +230,12 @@ def main() -> None:
     for name in args.workloads:
         res = {}
         for arm in ("stock", "ours"):
-            out = tempfile.mktemp(suffix=".json")
-            subprocess.run(
+            res[arm] = child_json(
                 [
                     sys.executable,
                     __file__,
                     "--arm",
                     arm,
-                    "--out",
-                    out,
                     "--trials",
                     str(args.trials),
                     "--batch",
@@ -247,10 +245,7 @@ def main() -> None:
                     "--workloads",
                     name,
                 ],
-                check=True,
             )
-            with open(out) as f:
-                res[arm] = json.load(f)
         flops = res["ours"]["flops"]
         for arm, r in res.items():
             if r.get("closest") and r["closest"] < closest[0]:

@@ -27,10 +27,11 @@ import argparse
 import json
 import math
 import pathlib
-import subprocess
 import sys
 import tempfile
 import time
+
+from _child import child_json
 
 HERE = pathlib.Path(__file__).resolve().parent
 DATASET = HERE.parent / "tuning_logs" / "dataset"
@@ -166,7 +167,8 @@ def main() -> None:
     keys = [make_workload(build_dataset_workload(i)).key for i in args.held_out]
     data = dataset(DATASET)
     train = data[~data["workload"].isin(keys)]
-    model = tempfile.mktemp(suffix=".json")
+    folder = tempfile.TemporaryDirectory(prefix="tvm-ext-bench-")  # removed at exit
+    model = str(pathlib.Path(folder.name) / "policy.json")
     XGBoostPolicy.train(train, seed=0).save(model)
     print(
         f"policy trained on {len(train)} rows of {train['workload'].nunique()} workloads; "
@@ -177,12 +179,10 @@ def main() -> None:
     for index, key in zip(args.held_out, keys):
         results = {"stock (dataset record)": {"times": _dataset_curve(key), "wall_s": None}}
         for arm in args.arms:
-            out = tempfile.mktemp(suffix=".json")
-            cmd = [sys.executable, __file__, "--arm", arm, "--index", str(index), "--out", out]
+            cmd = [sys.executable, __file__, "--arm", arm, "--index", str(index)]
             cmd += ["--trials", str(args.trials), "--batch", str(args.batch)]
             cmd += ["--seed", str(args.seed), "--model", model]
-            subprocess.run(cmd, check=True)
-            results[arm] = json.loads(pathlib.Path(out).read_text())
+            results[arm] = child_json(cmd)
             print(f"{key}: {arm} done in {results[arm]['wall_s']:.0f} s", flush=True)
         flops = make_workload(build_dataset_workload(index)).flops
         best = min(t for r in results.values() for t in r["times"] if t is not None)
