@@ -18,8 +18,6 @@ applied as the tile is written back.
 
 from __future__ import annotations
 
-import math
-
 from tvm_ext.schedules.common import ACC_SCOPE, lanes_for, parallel_pays, seeding
 from tvm_ext.schedules.rules.axes import (
     Axes,
@@ -39,6 +37,7 @@ from tvm_ext.schedules.rules.fallback import (
 from tvm_ext.schedules.rules.map_rows import fuse_map_rows
 from tvm_ext.schedules.rules.packing import alive, pack_operands, permutation
 from tvm_ext.schedules.rules.padding import inline_window_pads, pad_vector_axis
+from tvm_ext.schedules.rules.reduction_shape import broadcasts, one_reduction, static_product
 from tvm_ext.schedules.rules.tile_shape import (
     MIN_PASS_ROWS,
     statement_runs,
@@ -65,65 +64,6 @@ def schedule_func(func, target):
     except tvm_api.ScheduleError:
         sch = None  # the padded computation did not take the schedule: the plain one
     return sch if sch is not None else _schedule(tvm_api.Schedule(func), func, target, pad=False)
-
-
-def one_reduction(sch):
-    """(pads, reduction, epilogue) of a function that is, after inlining its element-wise
-    prologues, padding stages, one reduction block and at most one injective block after it
-    (a list of zero or one), or two where the second broadcasts the first (see
-    :func:`_held_before_broadcast`); None for any other shape. The padding stays a stage of
-    its own here (the caller decides: inlined, its condition sits on every load of a
-    contraction's inner loop and LLVM scalarizes it; a 3x3 NCHW conv ran at 1.8 GFLOP/s that
-    way). Past the first, the epilogue's blocks are loop nests of their own, the caller's to
-    schedule."""
-    blocks = tvm_api.dlight.analysis.normalize_prim_func(sch)
-    if blocks is None:
-        return None
-    pads = [b for b in blocks if b.is_injective() and b.is_data_pad(sch)]
-    held = _held_before_broadcast(blocks)
-    rest = tvm_api.dlight.base.try_inline_contiguous_spatial(
-        sch, [b for b in blocks if b not in pads and b is not held]
-    )
-    if held is not None:
-        held = tvm_api.dlight.analysis.get_sblock_info(sch, held.block_rv)
-        at = next((i + 1 for i, b in enumerate(rest) if b.is_reduction()), None)
-        if at is None:
-            return None
-        rest = [*rest[:at], held, *rest[at:]]
-    reductions = [b for b in rest if b.is_reduction()]
-    if len(reductions) != 1 or len(rest) > (3 if held is not None else 2):
-        return None
-    main = reductions[0]
-    epilogue = [b for b in rest if b is not main]
-    if epilogue and (rest.index(main) != 0 or not all(b.is_injective() for b in epilogue)):
-        return None  # a block before the reduction that cannot be inlined: not this shape
-    return pads, main, epilogue
-
-
-def _held_before_broadcast(blocks):
-    """The last block of a reduction's element-wise epilogue when a block after it broadcasts
-    it over more points (a squeeze-excitation gate: a 1x1 convolution on a 1 x 1 map, its
-    bias and sigmoid, multiplying a 7 x 7 x 1152 map), kept a block of its own: inlined
-    into the broadcast it ran once per point of the map, not once per channel (the sigmoid
-    49 times over; 60 us, serial, for a gate of 1152 channels). None where there is none."""
-    reductions = [i for i, b in enumerate(blocks) if b.is_reduction()]
-    if len(reductions) != 1:
-        return None
-    main = blocks[reductions[0]]
-    extents = [static_int(it.dom) for it in main.iters if it.kind == "S"]
-    if None in extents:
-        return None
-    chain = []
-    for block in blocks[reductions[0] + 1 :]:
-        if not block.is_injective():
-            return None
-        if [static_int(it.dom) for it in block.iters] == extents:
-            chain.append(block)
-        elif chain and broadcasts(main, block):
-            return chain[-1]
-        else:
-            return None
-    return None
 
 
 def _schedule(sch, func, target, pad: bool):
@@ -317,24 +257,8 @@ def panel_inner_axes(sch, block, axes: Axes) -> tuple[int, ...]:
 
 
 def _buffer_bytes(buffer) -> int | None:
-    points = _static_product(buffer.shape)
+    points = static_product(buffer.shape)
     return None if points is None else points * np_dtype(str(buffer.dtype)).itemsize
-
-
-def _static_product(extents) -> int | None:
-    """The product of ``extents``, None when one is symbolic."""
-    values = [static_int(e) for e in extents]
-    return None if any(v is None for v in values) else math.prod(values)
-
-
-def broadcasts(block, epilogue) -> bool:
-    """Whether the epilogue writes more points than the reduction computes (a squeeze-excitation
-    scale: a 1x1 convolution to 480 channels multiplying a 14 x 14 x 480 map): it is no
-    element-wise write-back of the tile and stays a loop nest of its own (TVM's inlining of
-    it into the write-back failed with an internal error)."""
-    main = _static_product(it.dom for it in block.iters if it.kind == "S")
-    rest = _static_product(it.dom for it in epilogue.iters)
-    return main is not None and rest is not None and rest > main
 
 
 def _both_guarded(sch, block, epilogue, axes: Axes, sizes: tuple[int, int]) -> bool:
@@ -373,7 +297,7 @@ def _partial_panel(sch, block, epilogue, axes: Axes, nr: int) -> bool:
     if computed is None or len(at) != 1 or len(out) != len(region):
         return False
     valid = static_int(out[at[0]])
-    points = _static_product(out)
+    points = static_product(out)
     return (
         valid is not None
         and valid < computed
@@ -408,4 +332,4 @@ def _parallel(sch, outer) -> None:
         sch.parallel(fused)
 
 
-__all__ = ["NAME", "one_reduction", "schedule_func", "tile"]
+__all__ = ["NAME", "schedule_func", "tile"]

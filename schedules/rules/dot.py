@@ -25,8 +25,8 @@ import math
 
 from tvm_ext.schedules.common import lanes_for, parallel_pays
 from tvm_ext.schedules.rules.axes import find_axes, static_extents, streams, vars_of, weight_names
-from tvm_ext.schedules.rules.contraction import one_reduction
 from tvm_ext.schedules.rules.fallback import work
+from tvm_ext.schedules.rules.reduction_shape import one_reduction
 from tvm_ext.schedules.rules.rows import REDUCE
 
 from tvm_ext.base import tvm_api

@@ -25,9 +25,10 @@ from __future__ import annotations
 
 from tvm_ext.schedules.common import parallel_pays
 from tvm_ext.schedules.rules.axes import Axes, group_width, static_extents, vars_of, weight_names
-from tvm_ext.schedules.rules.contraction import one_reduction, tile
+from tvm_ext.schedules.rules.contraction import tile
 from tvm_ext.schedules.rules.fallback import loop_extent, parallel_spatial, pays, work
 from tvm_ext.schedules.rules.packing import pack_operands
+from tvm_ext.schedules.rules.reduction_shape import one_reduction
 from tvm_ext.schedules.rules.tile_shape import tile_sizes
 
 from tvm_ext.base import tvm_api
