@@ -15,7 +15,8 @@ import torch
 from rule_checks import check_rule
 from tvm import relax
 from tvm_ext.schedules.common import vector_registers
-from tvm_ext.schedules.rules.tile_shape import whole_panel
+from tvm_ext.schedules.rules.tile_shape import statements, whole_panel
+from tvm_ext.schedules.rules.window import odd_channel_panel
 
 import tvm_ext
 from tvm_ext.base import tvm_api
@@ -60,15 +61,21 @@ def _asm(sch, target) -> str:
         (33, 14, 3, 1),
         (34, 9, 3, 2),
         (47, 7, 3, 1),
+        (116, 7, 3, 1),
+        (58, 9, 3, 2),
     ],  # fmt: skip
 )
 def test_depthwise_conv_is_a_window_with_channel_vectors(host, channels, size, kernel, stride):
     """Any channel count: 33, 34 or 47 channels (no whole number of 8-lane statements) ran
     the plain loop nest, as slow as unscheduled (3x3, 28 x 28: 6.0 us against 2.4 us at 48
-    channels); they tile as whole vectors and a narrower rest (2.2 us, Zen 5)."""
+    channels); they tile as whole vectors and a narrower rest (2.2 us, Zen 5). ShuffleNet's
+    116 and 58 channels, which no panel of whole 8-lane statements tiles, ran the plain nest
+    on AVX2 (45 us for 116 channels on 14 x 14, Zen 3); they tile in 4-lane statements, or
+    whole vectors, a 4-lane one and a plain lane (window.odd_channel_panel)."""
     sch = check_rule(depthwise_nhwc(channels, size, kernel, stride), host, "window", rtol=1e-4)
-    lanes = lanes_for(host, 32)
-    if channels % (2 * lanes) and whole_panel(channels, lanes, vector_registers(host)) is None:
+    lanes, registers = lanes_for(host, 32), vector_registers(host)
+    panel = whole_panel(channels, lanes, registers) or odd_channel_panel(channels, lanes, registers)
+    if channels % (2 * lanes) and panel is None:
         pytest.skip(
             f"{channels} channels on {lanes}-lane vectors: no panel tiles them within the "
             "registers (47 on AVX2: 8 statements a row), so the rule keeps the plain loop "
@@ -77,10 +84,11 @@ def test_depthwise_conv_is_a_window_with_channel_vectors(host, channels, size, k
     text = sch.mod.script()
     assert "pad_temp" not in text.split("T.sblock(")[1]  # the padding inlined, no copy
     assert "layout_rewrite_preproc" in text  # the weight packed into channel panels, once
-    lanes = lanes_for(host, 32)
     if channels >= lanes:
-        # The hot loop multiplies whole channel vectors: full-width FMAs in the built code.
-        width = {16: "zmm", 8: "ymm"}[lanes]
+        # The hot loop multiplies whole channel vectors: full-width FMAs in the built code
+        # (4-lane ones where the panel is 4 lanes: 116 channels on 8-lane vectors).
+        widest = lanes if panel is None or channels % panel else max(statements(panel, lanes))
+        width = {16: "zmm", 8: "ymm", 4: "xmm"}[widest]
         assert re.search(rf"vfmadd\w+\s+[^\n]*%{width}", _asm(sch, host))
 
 

@@ -123,6 +123,12 @@ def sizes(
     return mr, nr
 
 
+def panel_rows(block, axes: Axes, target, nr: int) -> int:
+    """The row tile :func:`tile_sizes` gives an ``nr``-lane panel the caller chose."""
+    lanes = lanes_for(target, 32)
+    return _rows(static_extents(block), axes, nr, len(statements(nr, lanes)), target)
+
+
 def one_row_panel(n: int, lanes: int, registers: int, cores: int) -> int | None:
     """The panel of a contraction with no row axis (a GEMV: a classifier head, a decode
     step's matmuls), whose accumulators are the panel's statements alone, each one FMA chain
@@ -318,6 +324,7 @@ def statement_runs(nr: int, lanes: int) -> list[tuple[int, int]]:
 __all__ = [
     "MIN_PASS_ROWS",
     "ROOMY_MIN_STEPS",
+    "panel_rows",
     "roomy_holds",
     "sizes",
     "statement_runs",
