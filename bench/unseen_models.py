@@ -48,7 +48,10 @@ from tvm_ext.measurement.measure import check_parity  # noqa: E402
 from tvm_ext.workloads import torch_libraries  # noqa: E402
 
 VISION = ["efficientnet_b0", "mobilenet_v3_large", "regnet_y_400mf", "resnext50_32x4d",
-          "swin_t", "convnext_tiny", "densenet121"]  # fmt: skip
+          "swin_t", "convnext_tiny", "densenet121", "shufflenet_v2_x1_0",
+          "inception_v3"]  # fmt: skip
+# Vision models whose input is not 224 x 224 (the size they were trained at).
+IMAGE_SIZE = {"inception_v3": 299}
 # transformers architectures: 2 layers, 512 wide (the library's default width for the
 # encoders), the tokens of a short prompt.
 LANGUAGE = ["qwen2", "mistral", "opt", "phi", "bloom", "deberta_v2"]
@@ -92,7 +95,8 @@ def build(name: str):
     if name in LANGUAGE:
         return _language(name)
     module = getattr(torch_libraries.torchvision().models, name)(weights=None).eval()
-    return module, (torch.randn(1, 3, 224, 224),)
+    size = IMAGE_SIZE.get(name, 224)
+    return module, (torch.randn(1, 3, size, size),)
 
 
 def bench_one(name: str, args, cores: int, log, folder) -> dict:
@@ -160,7 +164,8 @@ def main() -> None:
     header = header.replace(" `", "`")
     header += (
         f"\n\nAt each library's defaults, seeded random weights, batch 1 (vision 224x224, "
-        f"language models {TOKENS} tokens, 2 layers), {cores} threads for every contender "
+        f"inception_v3 299x299, language models {TOKENS} tokens, 2 layers), {cores} threads "
+        "for every contender "
         f"(`-mcpu={target_cpu(target)}`), parity against torch eager first. One timer: a "
         f"Python loop over a ready call, median of {args.repeat} samples of >= {args.min_ms} "
         f"ms, {args.rounds} interleaved rounds. BLAS: {blas_report()}. {args.note}"
