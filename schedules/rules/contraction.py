@@ -119,10 +119,14 @@ def _is_float_accumulator(sch, block) -> bool:
     return str(sch.get(block.block_rv).writes[0].source.dtype).startswith("float")
 
 
-def tile(sch, block, axes: Axes, target, epilogue, sizes: tuple[int, int]) -> bool:
+def tile(
+    sch, block, axes: Axes, target, epilogue, sizes: tuple[int, int], rows_outside: bool = False
+) -> bool:
     """The register-blocked loop nest (see the module docstring); returns whether the
     epilogue stays a loop nest of its own (see :func:`_both_guarded`), for the caller to
-    schedule."""
+    schedule. ``rows_outside``: the row tiles outside the column panels (a window's, whose
+    panels of weights are a few taps: each row tile then reads its inputs' every channel,
+    a contiguous run)."""
     mr, nr = sizes
     loops = [it.loop_rv for it in block.iters]
     v_outer, v_inner = sch.split(loops[axes.vector], [None, nr])
@@ -131,11 +135,12 @@ def tile(sch, block, axes: Axes, target, epilogue, sizes: tuple[int, int]) -> bo
     # operand from memory once per row block.
     inside = panel_inner_axes(sch, block, axes)
     outer = [loops[i] for i in axes.spatial if i not in (axes.vector, axes.row, *inside)]
+    panels_at = len(outer)
     outer += [v_outer, *(loops[i] for i in inside)]
     inner = [v_inner]
     if axes.row is not None:
         r_outer, r_inner = sch.split(loops[axes.row], [None, mr])
-        outer.append(r_outer)
+        outer.insert(panels_at if rows_outside else len(outer), r_outer)
         inner.insert(0, r_inner)
     reductions = [loops[i] for i in axes.reduction]
     runs = statement_runs(nr, lanes_for(target, 32))

@@ -28,12 +28,18 @@ from tvm_ext.schedules.rules.axes import Axes, group_width, static_extents, vars
 from tvm_ext.schedules.rules.contraction import tile
 from tvm_ext.schedules.rules.fallback import loop_extent, parallel_spatial, pays, work
 from tvm_ext.schedules.rules.packing import pack_operands
-from tvm_ext.schedules.rules.reduction_shape import one_reduction
+from tvm_ext.schedules.rules.reduction_shape import one_reduction, static_product
 from tvm_ext.schedules.rules.tile_shape import panel_rows, tile_sizes, whole_panel
 
 from tvm_ext.base import tvm_api
+from tvm_ext.workloads.kernel_base import np_dtype
 
 NAME = "window"
+
+# The most weight bytes a window's row tiles re-read from L1 (half the smallest L1d of the
+# CPUs this project runs on, 32 KiB) when they run outside its channel panels (see
+# rows_outside).
+ROWS_OUTSIDE_MAX_WEIGHT_BYTES = 16 * 1024
 
 # The most points a window may have: 7x7 (MobileNet's, ConvNeXt's depthwise kernels) fits.
 MAX_WINDOW = 64
@@ -75,8 +81,9 @@ def schedule_func(func, target):
     for pad in pads:
         sch.compute_inline(pad.block_rv)
     main, pads = tvm_api.dlight.analysis.get_sblock_info(sch, main.block_rv), []
+    outside = rows_outside(sch, main, weights)
     packs, packed_weights = pack_operands(sch, func, main, axes, nr)
-    if tile(sch, main, axes, target, epilogue[0] if epilogue else None, (mr, nr)):
+    if tile(sch, main, axes, target, epilogue[0] if epilogue else None, (mr, nr), outside):
         pads.append(epilogue[0])
     pads += epilogue[1:]  # a broadcast of the epilogue (see one_reduction)
     for stage in pads + [tvm_api.dlight.analysis.get_sblock_info(sch, b) for b in packs]:
@@ -84,6 +91,28 @@ def schedule_func(func, target):
     for block in packed_weights:
         sch.annotate(block, "meta_schedule.layout_rewrite_preproc", True)
     return sch
+
+
+def rows_outside(sch, block, weights: set[str]) -> bool:
+    """Whether the window's row tiles run outside its channel panels: where its weights
+    (none, for pooling) fit ``ROWS_OUTSIDE_MAX_WEIGHT_BYTES``. Each row tile then reads its
+    inputs' every channel, a contiguous run, where panels outside read one panel's channels
+    of every pixel, a stride of all the channels apart; past that size the weights' re-reads
+    per row tile cost more. AVX2, Zen 3, 2 threads, interleaved (warm; cold: the input one
+    of eight rotated, beyond the L3): max pool 3x3 / 2 of 64 x 112 x 112, batch 3, 216 ->
+    172 us (763 -> 566 cold), batch 1 89 -> 79 (291 -> 221); a 3x3 depthwise 144 x 56 x 56
+    (5 KiB of weights) 119 -> 115 (332 -> 322 cold, 300 -> 232 in a second run), 96 x 112 x
+    112 at stride 2 132 -> 119 (370 -> 321); 5x5 over 960 x 7 x 7 (94 KiB) 33.8 -> 41.9,
+    672 x 14 x 14 (66 KiB) 166 -> 176, 240 x 28 x 28 at stride 2 (23 KiB) 31.9 -> 35.8 (these
+    keep their panels outside); 3x3 over 480 x 14 x 14 (17 KiB) 26.9 and 28.0, equal."""
+    total = 0
+    for read in sch.get(block.block_rv).reads:
+        if read.source.name in weights:
+            points = static_product(read.source.shape)
+            if points is None:
+                return False
+            total += points * np_dtype(str(read.source.dtype)).itemsize
+    return total <= ROWS_OUTSIDE_MAX_WEIGHT_BYTES
 
 
 def odd_channel_panel(channels: int, lanes: int, registers: int) -> int | None:
@@ -169,4 +198,11 @@ def _channels_last(reads, channel: str, sliding: set[str]) -> bool:
     return True
 
 
-__all__ = ["MAX_WINDOW", "NAME", "odd_channel_panel", "schedule_func", "window_axes"]
+__all__ = [
+    "MAX_WINDOW",
+    "NAME",
+    "odd_channel_panel",
+    "rows_outside",
+    "schedule_func",
+    "window_axes",
+]
