@@ -90,7 +90,7 @@ FAMILIES = {
     "bmm_nt": (bmm_nt, [49, 50, 197]),
     "softmax": (softmax, [49, 50, 197]),
     "conv_nhwc": (conv_nhwc, [33, 34, 24, 40]),
-    "depthwise": (depthwise, [33, 34, 24, 40]),
+    "depthwise": (depthwise, [33, 34, 24, 40, 58, 116]),
     "gemv": (gemv, [1000, 1025]),
 }
 
