@@ -37,7 +37,12 @@ from tvm_ext.schedules.rules.fallback import (
 from tvm_ext.schedules.rules.map_rows import fuse_map_rows
 from tvm_ext.schedules.rules.packing import alive, pack_operands, permutation
 from tvm_ext.schedules.rules.padding import inline_window_pads, pad_vector_axis
-from tvm_ext.schedules.rules.reduction_shape import broadcasts, one_reduction, static_product
+from tvm_ext.schedules.rules.reduction_shape import (
+    broadcasts,
+    buffer_bytes,
+    one_reduction,
+    static_product,
+)
 from tvm_ext.schedules.rules.tile_shape import (
     MIN_PASS_ROWS,
     statement_runs,
@@ -46,7 +51,6 @@ from tvm_ext.schedules.rules.tile_shape import (
 )
 
 from tvm_ext.base import tvm_api
-from tvm_ext.workloads.kernel_base import np_dtype
 
 NAME = "contraction"
 
@@ -247,7 +251,7 @@ def panel_inner_axes(sch, block, axes: Axes) -> tuple[int, ...]:
     panel_bytes = other_bytes = 0
     used: set = set()
     for read in stmt.reads:
-        size = _buffer_bytes(read.source)
+        size = buffer_bytes(read.source)
         if size is None:
             return ()  # a symbolic operand: no size to weigh
         if streams(read, vector):
@@ -259,11 +263,6 @@ def panel_inner_axes(sch, block, axes: Axes) -> tuple[int, ...]:
         return ()
     return tuple(i for i in axes.spatial
                  if i not in (axes.vector, axes.row) and names[i] not in used)  # fmt: skip
-
-
-def _buffer_bytes(buffer) -> int | None:
-    points = static_product(buffer.shape)
-    return None if points is None else points * np_dtype(str(buffer.dtype)).itemsize
 
 
 def _both_guarded(sch, block, epilogue, axes: Axes, sizes: tuple[int, int]) -> bool:

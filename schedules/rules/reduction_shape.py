@@ -10,6 +10,7 @@ import math
 from tvm_ext.schedules.rules.fallback import static_int
 
 from tvm_ext.base import tvm_api
+from tvm_ext.workloads.kernel_base import np_dtype
 
 
 def one_reduction(sch):
@@ -77,6 +78,12 @@ def static_product(extents) -> int | None:
     return None if any(v is None for v in values) else math.prod(values)
 
 
+def buffer_bytes(buffer) -> int | None:
+    """The bytes of ``buffer``, None when a dimension is symbolic."""
+    points = static_product(buffer.shape)
+    return None if points is None else points * np_dtype(str(buffer.dtype)).itemsize
+
+
 def broadcasts(block, epilogue) -> bool:
     """Whether the epilogue writes more points than the reduction computes (a squeeze-excitation
     scale: a 1x1 convolution to 480 channels multiplying a 14 x 14 x 480 map): it is no
@@ -87,4 +94,4 @@ def broadcasts(block, epilogue) -> bool:
     return main is not None and rest is not None and rest > main
 
 
-__all__ = ["broadcasts", "one_reduction", "static_product"]
+__all__ = ["broadcasts", "buffer_bytes", "one_reduction", "static_product"]

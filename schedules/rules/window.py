@@ -28,11 +28,10 @@ from tvm_ext.schedules.rules.axes import Axes, group_width, static_extents, vars
 from tvm_ext.schedules.rules.contraction import tile
 from tvm_ext.schedules.rules.fallback import loop_extent, parallel_spatial, pays, work
 from tvm_ext.schedules.rules.packing import pack_operands
-from tvm_ext.schedules.rules.reduction_shape import one_reduction, static_product
+from tvm_ext.schedules.rules.reduction_shape import buffer_bytes, one_reduction
 from tvm_ext.schedules.rules.tile_shape import panel_rows, tile_sizes, whole_panel
 
 from tvm_ext.base import tvm_api
-from tvm_ext.workloads.kernel_base import np_dtype
 
 NAME = "window"
 
@@ -105,14 +104,10 @@ def rows_outside(sch, block, weights: set[str]) -> bool:
     112 at stride 2 132 -> 119 (370 -> 321); 5x5 over 960 x 7 x 7 (94 KiB) 33.8 -> 41.9,
     672 x 14 x 14 (66 KiB) 166 -> 176, 240 x 28 x 28 at stride 2 (23 KiB) 31.9 -> 35.8 (these
     keep their panels outside); 3x3 over 480 x 14 x 14 (17 KiB) 26.9 and 28.0, equal."""
-    total = 0
-    for read in sch.get(block.block_rv).reads:
-        if read.source.name in weights:
-            points = static_product(read.source.shape)
-            if points is None:
-                return False
-            total += points * np_dtype(str(read.source.dtype)).itemsize
-    return total <= ROWS_OUTSIDE_MAX_WEIGHT_BYTES
+    sizes = [
+        buffer_bytes(r.source) for r in sch.get(block.block_rv).reads if r.source.name in weights
+    ]
+    return None not in sizes and sum(sizes) <= ROWS_OUTSIDE_MAX_WEIGHT_BYTES
 
 
 def odd_channel_panel(channels: int, lanes: int, registers: int) -> int | None:
