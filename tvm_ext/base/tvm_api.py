@@ -497,6 +497,32 @@ def rewrite_calls(mod, rewrite, with_bindings: bool = False) -> "tvm.IRModule":
     return relax.transform.Normalize()(out)
 
 
+def rewrite_bindings(mod, rewrite) -> "tvm.IRModule":
+    """``mod`` with every binding of its Relax functions' dataflow blocks offered, in order,
+    to ``rewrite(var, value, emit)`` once its value is rewritten: ``emit(expr)`` binds an
+    expression to a fresh variable (placed before the binding's later uses) and returns it;
+    an expression ``rewrite`` returns replaces ``var`` in every later use (None keeps it).
+    Bindings nothing uses any more are removed."""
+
+    @mutator
+    class _Rewrite(PyExprMutator):
+        def visit_var_binding_(self, binding):
+            builder = self.builder_
+            if not builder.current_block_is_dataflow():
+                return super().visit_var_binding_(binding)
+            var = builder.emit(self.visit_expr(binding.value), binding.var.name)
+            new = rewrite(var, self.lookup_binding(var), builder.emit)
+            if not isinstance(binding.var, relax.DataflowVar):  # the block's output
+                new = builder.emit_output(var if new is None else new, binding.var.name)
+            self.set_var_remap(binding.var, var if new is None else new)
+
+    out = tvm.IRModule(dict(mod.functions.items()), attrs=mod.attrs)
+    for gv, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            out[gv] = relax.analysis.remove_all_unused(_Rewrite(mod).visit_expr(func))
+    return out
+
+
 def torch_importer():
     """TVM's ``from_exported_program`` (imported here, not at import time: it imports torch)."""
     from tvm.relax.frontend.torch import from_exported_program  # lazy: it imports torch

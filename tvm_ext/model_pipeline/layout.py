@@ -14,7 +14,9 @@ then repacks at compile time) and carries the layout through the operators that 
 (batch norm, element-wise arithmetic, pooling, residual adds, concatenation); a transpose is
 left only where the graph leaves the layout (its input, its output, a flatten before the
 classifier). ``clip`` (ReLU6) has no layout rule in TVM 0.27 and would take a transpose on
-each side: it is written as ``minimum(maximum(x, lo), hi)`` first.
+each side: it is written as ``minimum(maximum(x, lo), hi)`` first. A reshape has none either:
+the transposes ``ConvertLayout`` leaves around one (ShuffleNet's channel shuffle) are carried
+through it until they cancel (:func:`~tvm_ext.model_pipeline.transposes.transposes_carried`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import logging
 import numpy as np
 
 from tvm_ext.base import tvm_api
+from tvm_ext.model_pipeline.transposes import transposes_carried
 
 log = logging.getLogger(__name__)
 
@@ -48,12 +51,13 @@ def channels_last(mod):
         return mod
     converted = tvm_api.rewrite_calls(mod, _clip_as_min_max)
     try:
-        return tvm_api.relax.transform.ConvertLayout({CONV: ["NHWC", "OHWI"]})(converted)
+        converted = tvm_api.relax.transform.ConvertLayout({CONV: ["NHWC", "OHWI"]})(converted)
     except RuntimeError as err:  # TVM's InternalError is one
         # TVM 0.27's ConvertLayout fails (std::bad_alloc) on ViT's patch embedding, a
         # convolution whose output is reshaped into tokens: such a model keeps NCHW.
         log.info("channels last not applied (%s): the model keeps NCHW", str(err).splitlines()[0])
         return mod
+    return transposes_carried(converted)
 
 
 def _clip_as_min_max(call):
