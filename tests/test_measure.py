@@ -95,6 +95,21 @@ def test_tolerances_per_dtype():
         check_parity([np.array([np.nan], np.float32)], [np.array([1.0])], "nan")
 
 
+def test_a_subnormal_flushed_to_zero_is_no_error_and_a_normal_one_still_is():
+    """An output all of subnormals (a randomly initialized MobileViT's: ~7e-41) against the
+    same values flushed to zero, or halved: no error; a normal value off by the same
+    relative amount still fails."""
+    ref = np.array([6.3e-40, 4.9e-41, -1e-39, 0.0], np.float32)
+    for out in (np.zeros(4, np.float32), ref / 2):
+        assert check_parity([out], [ref.astype(np.float64)], "flushed") == (0.0, 0.0)
+    mixed = np.array([1.0, 1e-39], np.float32)
+    assert check_parity([np.array([1.0, 0.0], np.float32)], [mixed], "mixed") == (0.0, 0.0)
+    with pytest.raises(ParityError):
+        check_parity([np.array([1.2e-38], np.float32)], [np.array([2.4e-38])], "smallest normal")
+    with pytest.raises(ParityError):
+        check_parity([np.array([1e-30], np.float32)], [np.array([2e-30])], "normal")
+
+
 def test_a_nan_or_infinity_the_reference_has_at_the_same_place_is_no_error():
     special = np.array([1.0, np.nan, np.inf, -np.inf])
     assert check_parity([special.astype(np.float32)], [special], "same") == (0.0, 0.0)
