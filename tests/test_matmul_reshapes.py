@@ -107,3 +107,37 @@ def test_a_result_the_block_also_outputs_stays():
     mod = bb.get()
     moved = matmuls_before_reshapes(mod)
     assert _calls(moved).count("relax.matmul") == 1, moved["main"]
+
+
+def test_a_reshape_of_a_reshape_is_one_view(host):
+    """torch's attention reshapes its probabilities twice before the values' matmul: two
+    reshapes in a row fused into a kernel that copied them; merged, the pair is one reshape,
+    which the pipeline makes a view (no kernel)."""
+    from tvm_ext.model_pipeline.compile import lower
+    from tvm_ext.model_pipeline.matmul_reshapes import reshapes_merged
+
+    x = relax.Var("x", relax.TensorType((1, HEADS, 10, 10), "float32"))
+    v = relax.Var("v", relax.TensorType((HEADS, 10, WIDTH), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x, v]):
+        with bb.dataflow():
+            p = bb.emit(relax.op.nn.softmax(x, axis=-1))
+            r = bb.emit(relax.op.reshape(p, (1, HEADS * 10, 10)))
+            r = bb.emit(relax.op.reshape(r, (HEADS, 10, 10)))
+            out = bb.emit_output(relax.op.matmul(r, v))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    assert _calls(reshapes_merged(mod)).count("relax.reshape") == 1
+    lowered = lower(mod, host, "main")
+    kernels = [
+        gv.name_hint for gv, f in lowered.functions.items() if isinstance(f, tvm.tirx.PrimFunc)
+    ]
+    assert not any("reshape" in k for k in kernels), kernels
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal((1, HEADS, 10, 10)), rng.standard_normal((HEADS, 10, WIDTH))]
+    args = [a.astype("float32") for a in args]
+    e = np.exp(args[0] - args[0].max(-1, keepdims=True))
+    want = (e / e.sum(-1, keepdims=True)).reshape(HEADS, 10, 10) @ args[1]
+    vm = relax.VirtualMachine(tvm.compile(lowered, target=host), tvm.cpu())
+    got = vm["main"](*(tvm.runtime.tensor(a) for a in args)).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

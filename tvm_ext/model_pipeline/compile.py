@@ -29,7 +29,7 @@ from tvm_ext.model_pipeline.fast_activations import LEGALIZE, activations_as_fas
 from tvm_ext.model_pipeline.index_guard import safe_indexing
 from tvm_ext.model_pipeline.layout import channels_last, folded_batch_norm, whole_vector_weights
 from tvm_ext.model_pipeline.length_dispatch import bounded_rules, dispatching
-from tvm_ext.model_pipeline.matmul_reshapes import matmuls_before_reshapes
+from tvm_ext.model_pipeline.matmul_reshapes import matmuls_before_reshapes, reshapes_merged
 from tvm_ext.model_pipeline.relax_fixes import fixed
 from tvm_ext.model_pipeline.transposes import transposes_before_reshapes
 from tvm_ext.schedules.rules.dispatch import apply
@@ -163,7 +163,7 @@ def lower(mod, target, entry: str):
     )
     with target:
         mod = transposes_before_reshapes(activations_as_fast_math(channels_last(mod)))
-        return passes(matmuls_before_reshapes(mod))
+        return passes(reshapes_merged(matmuls_before_reshapes(mod)))
 
 
 def fold_prepacks(mod, entry: str):
