@@ -168,6 +168,20 @@ def window_axes(sch, block, weights: set[str]) -> Axes | None:
             used = vars_of(dim.min)
             if used & sliding and not used & spatial_names:
                 return None  # a reduction iterator alone: a dot product, not a window
+    read_by_activations = set().union(
+        set(), *(vars_of(d.min) for r in activations for d in r.region)
+    )
+    if any(
+        names[i] not in read_by_activations and any(
+            names[i] in vars_of(d.min) for r in stmt.reads if r.source.name in weights
+            for d in r.region
+        )
+        for i in spatial
+    ):  # fmt: skip
+        # An output channel only the weight reads: a convolution of one input channel
+        # (wav2vec2's first, 1 -> 512 channels, kernel 10, stride 5), each input value
+        # broadcast to a panel of output channels, which :mod:`.contraction` tiles.
+        return None
     out = stmt.writes[0].region
     last = out[-1].min
     if not isinstance(last, tvm_api.tirx.Var) or last.name not in names:
