@@ -185,3 +185,26 @@ def test_a_decoder_with_its_default_cache_imports_and_matches_torch():
     with torch.no_grad():
         want = module(ids).numpy()
     np.testing.assert_allclose(compiled.run(ids.numpy()), want, rtol=1e-4, atol=1e-5)
+
+
+def test_a_converter_that_fails_inside_tvms_importer_is_named_with_its_node(monkeypatch):
+    """A converter of TVM's importer that raises on a graph it mis-converts (transformers'
+    funnel and ConvBERT failed with a bare ValueError from a shape check) is an
+    UnsupportedModel naming the node whose converter raised it."""
+    from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
+
+    made = ExportedProgramImporter.create_convert_map
+
+    def failing_relu(self):
+        table = made(self)
+
+        def relu(node):
+            raise ValueError("broadcast_to expects the input tensor shape is broadcastable")
+
+        table["relu.default"] = relu
+        return table
+
+    monkeypatch.setattr(ExportedProgramImporter, "create_convert_map", failing_relu)
+    module = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU())
+    with pytest.raises(UnsupportedModel, match=r"node relu \(relu\.default\): ValueError: bro"):
+        tvm_ext.from_torch(module, [torch.randn(2, 8)])

@@ -8,12 +8,14 @@ module itself, run by torch on the same inputs. torch is optional (the ``[torch]
 imported when this is called, never at import time.
 
 An operator TVM's importer has no converter for raises :class:`UnsupportedModel`, naming the
-operators and the graph nodes that use them, before anything is built.
+operators and the graph nodes that use them, before anything is built; so does a converter
+that fails on the graph (a shape check inside TVM), naming the node it failed on.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import traceback
 from typing import Callable, Sequence
 
 import numpy as np
@@ -51,7 +53,7 @@ def from_torch(
     """``module`` (a ``torch.nn.Module``) on ``example_inputs`` (torch tensors or numpy
     arrays) as a :class:`TorchModel`; ``name`` defaults to the module's class name.
     ``dynamic_shapes`` is passed to ``torch.export.export``. Raises UnsupportedModel when
-    the importer lacks a converter for an operator of the exported graph."""
+    the importer lacks a converter for an operator of the exported graph or one fails."""
     torch = torch_libraries.torch()
     if not isinstance(module, torch.nn.Module):
         raise TypeError(f"from_torch takes a torch.nn.Module, got {type(module).__name__}")
@@ -62,8 +64,15 @@ def from_torch(
         program = program.run_decompositions(_decompositions(torch))
     _drop_empty_cat_inputs(program)
     _refuse_unsupported(program)
-    mod = tvm_api.torch_importer()(program, keep_params_as_input=True, run_ep_decomposition=False,
-                                   unwrap_unit_return_tuple=True)  # fmt: skip
+    try:
+        mod = tvm_api.torch_importer()(
+            program,
+            keep_params_as_input=True,
+            run_ep_decomposition=False,
+            unwrap_unit_return_tuple=True,
+        )
+    except _IMPORTER_FAILURES as err:
+        raise _importer_failure(err) from err
     mod, detached = tvm_api.relax.frontend.detach_params(mod)
     params = tuple(frozen(w.numpy()) for w in detached.get("main", []))
     described = tvm_api.relax_params(mod["main"])
@@ -152,6 +161,32 @@ def _traced_shape(node) -> tuple | None:
     value = getattr(node, "meta", {}).get("val")
     shape = getattr(value, "shape", None)
     return None if shape is None else tuple(shape)
+
+
+# What a converter of TVM's importer raises on a graph it mis-converts (its shape checks are
+# ValueErrors, TVM's own checks RuntimeErrors): funnel's and ConvBERT's (transformers) imports
+# failed so, from inside the converter of one node.
+_IMPORTER_FAILURES = (ValueError, TypeError, RuntimeError, AssertionError, KeyError, IndexError)
+
+
+def _importer_failure(err: Exception) -> UnsupportedModel:
+    """``err``, raised inside TVM's importer, as an UnsupportedModel naming the graph node
+    whose converter raised it (the innermost frame of the traceback holding a ``node``)."""
+    node = None
+    for frame, _ in traceback.walk_tb(err.__traceback__):
+        candidate = frame.f_locals.get("node")
+        if hasattr(candidate, "op") and hasattr(candidate, "target"):
+            node = candidate
+    first = (str(err).strip().splitlines() or [""])[0]
+    if node is None:
+        where, operators = "", {}
+    else:
+        op = getattr(node.target, "__name__", str(node.target))
+        where, operators = f" converting node {node.name} ({op})", {op: [node.name]}
+    return UnsupportedModel(
+        f"TVM {tvm_api.TVM_VERSION}'s torch importer failed{where}: {type(err).__name__}: {first}",
+        operators=operators,
+    )
 
 
 def _refuse_unsupported(program) -> None:
