@@ -208,3 +208,23 @@ def test_a_converter_that_fails_inside_tvms_importer_is_named_with_its_node(monk
     module = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU())
     with pytest.raises(UnsupportedModel, match=r"node relu \(relu\.default\): ValueError: bro"):
         tvm_ext.from_torch(module, [torch.randn(2, 8)])
+
+
+def test_unfold_and_an_index_after_full_slices_import_and_match_torch():
+    """``F.unfold`` (im2col, as transformers' ConvBERT runs its span convolution) exports as
+    ``x[:, :, rows, cols]``; TVM's importer lined the index tensors up against the data's
+    leading, sliced axes and refused it. Its values, and a plain ``x[:, idx]``, match torch."""
+
+    class Unfold(torch.nn.Module):
+        def forward(self, x, idx):
+            patches = torch.nn.functional.unfold(x, kernel_size=(9, 1), padding=(4, 0))
+            return patches, x[:, idx]
+
+    x = torch.randn(1, 6, 11, 3)
+    idx = torch.tensor([[0, 2], [5, 1]])
+    compiled = tvm_ext.compile(tvm_ext.from_torch(Unfold(), [x, idx], name="unfold"))
+    got = compiled.run(x.numpy(), idx.numpy())
+    with torch.no_grad():
+        want = Unfold()(x, idx)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w.numpy())

@@ -63,6 +63,7 @@ def from_torch(
         program = torch.export.export(module, args, dynamic_shapes=dynamic_shapes)
         program = program.run_decompositions(_decompositions(torch))
     _drop_empty_cat_inputs(program)
+    _indexed_axes_moved_first(torch, program)
     _refuse_unsupported(program)
     try:
         mod = tvm_api.torch_importer()(
@@ -152,6 +153,50 @@ def _drop_empty_cat_inputs(program) -> None:
         if kept and len(kept) < len(tensors):
             node.args = (kept, *node.args[1:])
             changed = True
+    if changed:
+        program.graph_module.recompile()
+
+
+def _indexed_axes_moved_first(torch, program) -> None:
+    """An ``x[:, :, i, j]`` (``aten.index.Tensor`` whose index tensors follow full slices)
+    written ``x.permute(...)[i, j].permute(...)``: the indexed axes first, the sliced ones
+    moved back after the gather. TVM 0.27's importer lines the index tensors up against the
+    data's leading axes, sliced or not ("index_tensor: cannot broadcast index shapes"), so
+    ``F.unfold`` (im2col: transformers' ConvBERT) failed to import. Index tensors that are
+    not adjacent (torch moves their axes first) are left as they are."""
+    aten = torch.ops.aten
+    changed = False
+    graph = program.graph_module.graph
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not aten.index.Tensor:
+            continue
+        source, indices = node.args[0], list(node.args[1])
+        used = [k for k, i in enumerate(indices) if i is not None]
+        shape, out = _traced_shape(source), _traced_shape(node)
+        if not used or used[0] == 0 or used != list(range(used[0], used[-1] + 1)):
+            continue
+        if shape is None or out is None:
+            continue
+        first, count, rank = used[0], len(used), len(shape)
+        order = [*used, *range(first), *range(first + count, rank)]
+        gathered = len(out) - (rank - count)  # the broadcast index shape's rank
+        back = [
+            *range(gathered, gathered + first),
+            *range(gathered),
+            *range(gathered + first, len(out)),
+        ]
+        with graph.inserting_before(node):
+            moved = graph.call_function(aten.permute.default, (source, order))
+            picked = graph.call_function(aten.index.Tensor, (moved, [indices[k] for k in used]))
+            result = graph.call_function(aten.permute.default, (picked, back))
+        value = source.meta["val"]
+        with value.fake_mode:
+            moved.meta["val"] = value.permute(order)
+            picked.meta["val"] = moved.meta["val"][tuple(indices[k].meta["val"] for k in used)]
+            result.meta["val"] = picked.meta["val"].permute(back)
+        node.replace_all_uses_with(result)
+        graph.erase_node(node)
+        changed = True
     if changed:
         program.graph_module.recompile()
 
