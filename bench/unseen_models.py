@@ -54,7 +54,8 @@ VISION = ["efficientnet_b0", "mobilenet_v3_large", "regnet_y_400mf", "resnext50_
 IMAGE_SIZE = {"inception_v3": 299}
 # transformers architectures: 2 layers, 512 wide (the library's default width for the
 # encoders), the tokens of a short prompt.
-LANGUAGE = ["qwen2", "mistral", "opt", "phi", "bloom", "deberta_v2"]
+# squeezebert and convbert run convolutions over the tokens (grouped 1x1 conv1d, F.unfold).
+LANGUAGE = ["qwen2", "mistral", "opt", "phi", "bloom", "deberta_v2", "squeezebert", "convbert"]
 TOKENS = 77
 
 
@@ -73,6 +74,12 @@ def _language(name: str):
         ),  # fmt: skip
         "deberta_v2": lambda: tr.DebertaV2Model(
             tr.DebertaV2Config(intermediate_size=2048, **decoder)
+        ),
+        "squeezebert": lambda: tr.SqueezeBertModel(
+            tr.SqueezeBertConfig(intermediate_size=2048, embedding_size=512, **decoder)
+        ),
+        "convbert": lambda: tr.ConvBertModel(
+            tr.ConvBertConfig(intermediate_size=2048, embedding_size=512, **decoder)
         ),
     }[name]
     torch = torch_libraries.torch()
