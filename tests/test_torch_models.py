@@ -228,3 +228,21 @@ def test_unfold_and_an_index_after_full_slices_import_and_match_torch():
         want = Unfold()(x, idx)
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w.numpy())
+
+
+def test_a_range_counted_down_has_its_length_and_values():
+    """``arange(50, -50, -1)`` (transformers' funnel builds its relative positions so):
+    TVM's Relax counted it two elements too long and the model failed to import."""
+
+    class Ranges(torch.nn.Module):
+        def forward(self, x):
+            down = torch.arange(50, -50, -1).float()
+            odd = torch.arange(7, 0, -2).float()  # 7, 5, 3, 1
+            return x + down, odd * x[:4]
+
+    x = torch.randn(100)
+    compiled = tvm_ext.compile(tvm_ext.from_torch(Ranges(), [x], name="ranges"))
+    with torch.no_grad():
+        want = Ranges()(x)
+    for g, w in zip(compiled.run(x.numpy()), want):
+        np.testing.assert_array_equal(g, w.numpy())

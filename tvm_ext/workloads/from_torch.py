@@ -15,6 +15,7 @@ that fails on the graph (a shape check inside TVM), naming the node it failed on
 from __future__ import annotations
 
 import dataclasses
+import math
 import traceback
 from typing import Callable, Sequence
 
@@ -64,6 +65,7 @@ def from_torch(
         program = program.run_decompositions(_decompositions(torch))
     _drop_empty_cat_inputs(program)
     _indexed_axes_moved_first(torch, program)
+    _aranges_counted_up(torch, program)
     _refuse_unsupported(program)
     try:
         mod = tvm_api.torch_importer()(
@@ -195,6 +197,40 @@ def _indexed_axes_moved_first(torch, program) -> None:
             picked.meta["val"] = moved.meta["val"][tuple(indices[k].meta["val"] for k in used)]
             result.meta["val"] = picked.meta["val"].permute(back)
         node.replace_all_uses_with(result)
+        graph.erase_node(node)
+        changed = True
+    if changed:
+        program.graph_module.recompile()
+
+
+def _aranges_counted_up(torch, program) -> None:
+    """An ``arange(start, end, step)`` of constants with a negative step written ``start + step
+    * arange(n)``: TVM 0.27's Relax counts such a range two elements too long (``arange(50,
+    -50, -1)``: 102), and the first operator to meet its true length fails (transformers'
+    funnel: "broadcast_to expects ... 100 ... 102")."""
+    aten = torch.ops.aten
+    graph = program.graph_module.graph
+    changed = False
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not aten.arange.start_step:
+            continue
+        start, end, step = (list(node.args) + [1])[:3]
+        if not all(isinstance(v, (int, float)) for v in (start, end, step)) or step >= 0:
+            continue
+        count = max(math.ceil((end - start) / step), 0)
+        value = node.meta.get("val")
+        if value is None or tuple(value.shape) != (count,):
+            continue
+        kwargs = {k: v for k, v in node.kwargs.items() if k in ("dtype", "device")}
+        with graph.inserting_before(node):
+            counted = graph.call_function(aten.arange.default, (count,), kwargs)
+            scaled = graph.call_function(aten.mul.Tensor, (counted, step))
+            shifted = graph.call_function(aten.add.Tensor, (scaled, start))
+        with value.fake_mode:
+            counted.meta["val"] = aten.arange.default(count, dtype=value.dtype)
+            scaled.meta["val"] = counted.meta["val"] * step
+            shifted.meta["val"] = scaled.meta["val"] + start
+        node.replace_all_uses_with(shifted)
         graph.erase_node(node)
         changed = True
     if changed:
