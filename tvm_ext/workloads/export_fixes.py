@@ -57,6 +57,8 @@ def _indexed_axes_moved_first(torch, program) -> None:
             continue
         if shape is None or out is None:
             continue
+        if any(getattr(indices[k].meta.get("val"), "dtype", None) == torch.bool for k in used):
+            continue  # a mask selects, it does not gather
         first, count, rank = used[0], len(used), len(shape)
         order = [*used, *range(first), *range(first + count, rank)]
         gathered = len(out) - (rank - count)  # the broadcast index shape's rank
@@ -99,7 +101,8 @@ def _aranges_counted_up(torch, program) -> None:
         value = node.meta.get("val")
         if value is None or tuple(value.shape) != (count,):
             continue
-        kwargs = {k: v for k, v in node.kwargs.items() if k in ("dtype", "device")}
+        kwargs = {k: v for k, v in node.kwargs.items() if k == "device"}
+        kwargs["dtype"] = value.dtype  # a float range counts in floats, as torch's does
         with graph.inserting_before(node):
             counted = graph.call_function(aten.arange.default, (count,), kwargs)
             scaled = graph.call_function(aten.mul.Tensor, (counted, step))
