@@ -51,8 +51,15 @@ def test_taps_that_read_only_padding_are_dropped_and_the_values_kept():
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * abs(want).max())
 
 
-@pytest.mark.parametrize("stride", [1, 2])
-def test_a_convolution_whose_every_tap_reads_the_map_is_left_as_it_is(stride):
-    module = torch.nn.Conv2d(3, 4, 3, stride=stride, padding=1).eval()
-    mod = tvm_ext.from_torch(module, (torch.randn(1, 3, 6, 6),), name="plain").mod
+@pytest.mark.parametrize(
+    "module",
+    [
+        torch.nn.Conv2d(4, 4, 3, stride=1, padding=1),
+        torch.nn.Conv2d(4, 4, 3, stride=2, padding=1),
+        # depthwise: left as it is even where its outer taps read only padding
+        torch.nn.Conv2d(4, 4, 3, padding=9, dilation=9, groups=4),
+    ],
+)
+def test_a_convolution_whose_every_tap_reads_the_map_or_a_depthwise_one_is_left(module):
+    mod = tvm_ext.from_torch(module.eval(), (torch.randn(1, 4, 6, 6),), name="plain").mod
     assert tvm_api.same_structure(outside_taps_dropped(mod)["main"], mod["main"])

@@ -18,7 +18,7 @@ CONV = "relax.nn.conv2d"
 
 
 def outside_taps_dropped(mod):
-    """``mod`` with each NCHW / OIHW 2-D convolution whose outer kernel rows or columns read
+    """``mod`` with each NCHW / OIHW dense 2-D convolution whose outer kernel rows or columns read
     only its padding computed over the taps that read its input (see the module
     docstring)."""
     return tvm_api.rewrite_calls(mod, _dropped)
@@ -29,6 +29,11 @@ def _dropped(call):
         return None
     attrs = call.attrs
     if str(attrs.data_layout) != "NCHW" or str(attrs.kernel_layout) != "OIHW":
+        return None
+    if int(attrs.groups) != 1:
+        # A grouped or depthwise convolution left as it is: with its taps cut (a 3x3
+        # depthwise on mobilenet_v2's 1 x 1 maps at its small size, to one tap) the model
+        # lost parity, not yet understood.
         return None
     data, weight = call.args
     shape, kernel = tvm_api.tensor_dims(data), tvm_api.tensor_dims(weight)
