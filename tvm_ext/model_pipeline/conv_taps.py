@@ -13,8 +13,7 @@ multiplied zeros only.
 from __future__ import annotations
 
 from tvm_ext.base import tvm_api
-
-CONV = "relax.nn.conv2d"
+from tvm_ext.model_pipeline.layout import CONV
 
 
 def outside_taps_dropped(mod):
