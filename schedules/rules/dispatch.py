@@ -21,6 +21,7 @@ from tvm_ext.schedules.rules import (
     rows,
     staged,
     suite,
+    unit_reductions,
     window,
 )
 
@@ -99,7 +100,7 @@ def schedule_func(func, target, rules=None) -> tuple["tvm_api.Schedule", str]:
         for side in ("upper", "lower")
     )
     with assumed_bounds(highs, lows):
-        return _first_taker(func, target, rules)
+        return _first_taker(unit_reductions.folded(func), target, rules)
 
 
 def _first_taker(func, target, rules):
