@@ -10,6 +10,7 @@ import pytest
 pytest.importorskip("torch", reason="the torch models need the [torch] extra")
 
 import tvm_ext  # noqa: E402
+from tvm_ext.base import tvm_api  # noqa: E402
 from tvm_ext.base.errors import InputError, UnsupportedModel  # noqa: E402
 from tvm_ext.model_pipeline.compile import compile_untuned  # noqa: E402
 from tvm_ext.workloads import torch_libraries  # noqa: E402
@@ -55,31 +56,42 @@ def test_language_models_refuse_ids_outside_the_vocabulary():
 
 # Each call's time includes part of the instrument's own Python callbacks (a return and an
 # entry, ~1 us): on a 2-core Zen 5 the ~60 calls of the small ResNet-18 summed to 1.10-1.13x
-# its 0.5 ms latency, run after run (its kernels are a few us each). Which calls are timed is
-# checked name by name below; the sum bounds the instrument's bias.
-TIMED_SLACK = 0.15
+# its 0.5 ms latency, run after run (its kernels are a few us each); on a Zen 3 VM up to 1.17x.
+# Which calls are timed is checked name by name below; the sum bounds what the instrument
+# misses (a call not timed: under 1 - MISSED_SLACK) and what it counts twice (a call timed
+# twice, or the latency's own runs timed: over 1 + TIMED_SLACK, twice the bias seen).
+MISSED_SLACK = 0.15
+TIMED_SLACK = 0.3
 
 
 def test_profile_times_every_call_and_adds_up_to_the_latency():
     _, compiled = compiled_small("resnet18")
     result = tvm_ext.profile(compiled, min_seconds=0.3)
-    if abs(result.timed_s / result.latency.seconds - 1) > TIMED_SLACK:
-        # One more profile when the first disagrees: on a shared 2-core machine another
-        # process taking a core between the instrumented and the plain runs moves one of
-        # them by more than 10 % (seen once in a full run); a real gap shows twice.
+    for _ in range(2):
+        if 1 - MISSED_SLACK <= result.timed_s / result.latency.seconds <= 1 + TIMED_SLACK:
+            break
+        # Once more when it disagrees: on a shared 2-core machine another process taking a
+        # core between the instrumented and the plain runs moves one of them by more than
+        # 10 % (seen once in a full run); a real gap shows every time.
         result = tvm_ext.profile(compiled, min_seconds=0.3)
     kernels = [r for r in result.rows if r.kind == "kernel"]
     # Every PrimFunc of the module is called, but for the reshapes the VM runs as a view of its
-    # own (vm.builtin.reshape) instead.
+    # own (vm.builtin.reshape) instead: those named so, and those that became a copy once
+    # scheduled (the mean over the last 1 x 1 map, a reduction over one element).
     called = {r.name for r in kernels}
     assert called <= set(compiled.kernels)
-    assert all("reshape" in name for name in set(compiled.kernels) - called)
+    copies = tvm_api.relax.analysis.has_reshape_pattern
+    assert all(
+        "reshape" in name or copies(compiled.applied.mod[name])
+        for name in set(compiled.kernels) - called
+    )
     assert any(r.name.endswith("_prepacked") and r.rule for r in kernels)  # under their rule
     assert all(r.rule for r in kernels)
     assert any(r.kind == "vm" and r.name.startswith("vm.builtin.") for r in result.rows)
     # The calls' times, taken one by one with the instrument, sum to the latency measured
-    # without it, within TIMED_SLACK.
-    assert result.timed_s == pytest.approx(result.latency.seconds, rel=TIMED_SLACK)
+    # without it, less what the instrument adds to each call.
+    ratio = result.timed_s / result.latency.seconds
+    assert 1 - MISSED_SLACK <= ratio <= 1 + TIMED_SLACK, ratio
     for r in kernels:
         # A kernel that computes nothing and whose bytes stay in the caches (the layout
         # transpose at the input) has a floor of 0: no FLOPs, no compulsory traffic.
