@@ -56,10 +56,29 @@ def test_taps_that_read_only_padding_are_dropped_and_the_values_kept():
     [
         torch.nn.Conv2d(4, 4, 3, stride=1, padding=1),
         torch.nn.Conv2d(4, 4, 3, stride=2, padding=1),
-        # depthwise: left as it is even where its outer taps read only padding
-        torch.nn.Conv2d(4, 4, 3, padding=9, dilation=9, groups=4),
+        torch.nn.Conv2d(4, 4, 3, padding=1, groups=4),
     ],
 )
-def test_a_convolution_whose_every_tap_reads_the_map_or_a_depthwise_one_is_left(module):
+def test_a_convolution_whose_every_tap_reads_the_map_is_left(module):
     mod = tvm_ext.from_torch(module.eval(), (torch.randn(1, 4, 6, 6),), name="plain").mod
     assert tvm_api.same_structure(outside_taps_dropped(mod)["main"], mod["main"])
+
+
+@pytest.mark.parametrize("groups", [4, 8])
+def test_grouped_and_depthwise_convolutions_on_a_map_smaller_than_their_reach(groups):
+    """mobilenet_v2 at a small input runs 3x3 depthwise convolutions on 1 x 1 maps: only the
+    centre tap reads the map. Cut to it, the depthwise convolution is a reduction over one
+    element with a bias and a ReLU after it (it lost parity before rules.unit_reductions)."""
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(
+        torch.nn.Conv2d(8, 8, 3, padding=1, groups=groups),
+        torch.nn.ReLU6(),
+        torch.nn.Conv2d(8, 8, 3, padding=9, dilation=9, groups=groups),
+    ).eval()
+    x = torch.randn(1, 8, 1, 1)
+    model = tvm_ext.from_torch(module, (x,), name="small_map")
+    assert _kernels(outside_taps_dropped(model.mod)) == [(1, 1), (1, 1)]
+    compiled = tvm_ext.compile(model)  # parity against torch, or ParityError
+    with torch.no_grad():
+        want = module(x).numpy()
+    np.testing.assert_allclose(compiled.run(x.numpy()), want, rtol=1e-4, atol=1e-5)

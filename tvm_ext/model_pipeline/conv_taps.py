@@ -17,9 +17,11 @@ from tvm_ext.model_pipeline.layout import CONV
 
 
 def outside_taps_dropped(mod):
-    """``mod`` with each NCHW / OIHW dense 2-D convolution whose outer kernel rows or columns read
-    only its padding computed over the taps that read its input (see the module
-    docstring)."""
+    """``mod`` with each NCHW / OIHW 2-D convolution (dense, grouped or depthwise) whose outer
+    kernel rows or columns read only its padding computed over the taps that read its input
+    (see the module docstring). A depthwise one cut to one tap is a reduction over one
+    element (mobilenet_v2's 3x3 depthwise convolutions on its 1 x 1 maps at a small input),
+    which the rules write as a plain product (``schedules.rules.unit_reductions``)."""
     return tvm_api.rewrite_calls(mod, _dropped)
 
 
@@ -28,11 +30,6 @@ def _dropped(call):
         return None
     attrs = call.attrs
     if str(attrs.data_layout) != "NCHW" or str(attrs.kernel_layout) != "OIHW":
-        return None
-    if int(attrs.groups) != 1:
-        # A grouped or depthwise convolution left as it is: with its taps cut (a 3x3
-        # depthwise on mobilenet_v2's 1 x 1 maps at its small size, to one tap) the model
-        # lost parity, not yet understood.
         return None
     data, weight = call.args
     shape, kernel = tvm_api.tensor_dims(data), tvm_api.tensor_dims(weight)
