@@ -27,6 +27,7 @@ from tvm_ext.model_pipeline.boundary import InputSpec, index_checks, input_vars
 from tvm_ext.model_pipeline.compiled import Compiled, Reference, Timing
 from tvm_ext.model_pipeline.conv_taps import outside_taps_dropped
 from tvm_ext.model_pipeline.fast_activations import LEGALIZE, activations_as_fast_math
+from tvm_ext.model_pipeline.fills import fills_as_scalars
 from tvm_ext.model_pipeline.index_guard import safe_indexing
 from tvm_ext.model_pipeline.layout import channels_last, folded_batch_norm, whole_vector_weights
 from tvm_ext.model_pipeline.length_dispatch import bounded_rules, dispatching
@@ -163,7 +164,7 @@ def lower(mod, target, entry: str):
         ]
     )
     with target:
-        mod = channels_last(outside_taps_dropped(mod))
+        mod = channels_last(outside_taps_dropped(fills_as_scalars(mod)))
         mod = transposes_before_reshapes(activations_as_fast_math(mod))
         return passes(reshapes_merged(matmuls_before_reshapes(mod)))
 
