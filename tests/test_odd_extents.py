@@ -102,17 +102,23 @@ def test_a_weight_axis_a_wide_panel_divides_is_not_copied(host, classes):
 
 
 def _update_statements(text: str) -> list[int]:
-    """The lanes of each vector statement of a tile's reduction step: every update block's
-    innermost vectorized loop, times the unrolled loop around it."""
+    """The lanes of each vector statement of a tile's reduction step: every vectorized loop
+    of a block that reduces (its update, or the block itself where the tile keeps its init
+    in the update), times the unrolled loop around it; a ``T.vectorized(a, b)`` loop has
+    ``b - a`` lanes."""
+    text = re.sub(r"T\.int64\((\d+)\)", r"\1", text)
     widths = []
-    for before in text.split('_update"):')[:-1]:
-        found = re.search(
-            r"(?:T\.unroll\((?:T\.int64\()?(\d+)\)+:\s*for \w+ in )?"
-            r"T\.vectorized\((?:T\.int64\()?(\d+)\)+:\s*with T\.sblock\(\"\w+$",
-            before,
-        )
-        assert found, before[-300:]
-        widths += [int(found[2])] * int(found[1] or 1)
+    loop = re.compile(
+        r"(?:T\.unroll\((\d+)\):\s*for \w+ in )?T\.vectorized\((\d+)(?:, (\d+))?\):"
+        r"\s*with T\.sblock\(\"(\w+)\"\):(.*?)(?=\bfor \w+ in |with T\.sblock|\Z)",
+        re.S,
+    )
+    for found in loop.finditer(text):
+        unroll, first, last, name, body = found.groups()
+        if name.endswith("_init") or "T.axis.reduce" not in body:
+            continue
+        lanes = int(last) - int(first) if last else int(first)
+        widths += [lanes] * int(unroll or 1)
     return widths
 
 
@@ -155,11 +161,13 @@ def test_an_odd_activation_axis_is_padded_to_two_vector_panels_on_avx2(host):
 
 
 def test_a_weight_axis_whose_panels_cost_more_statements_is_padded(host):
-    """100 columns of a transposed B: its panels of 20 (16 + 4 lanes; 8 + 8 + 4 on AVX2)
-    take more vector statements a row than the padded axis (10 against 7), and the whole
-    axis is too wide for a register tile: padded. (Panels of 25 against a padded 50: 20.6
-    -> 17.3 us, 12 x 50 x 50 x 64, Zen 5.)"""
-    q, k = te.placeholder((2, 20, 64), name="Q"), te.placeholder((2, 100, 64), name="K")
+    """130 columns of a transposed B: its panels of 26 (16 + 8 + 2 lanes on AVX-512; 8 x 3 +
+    2 on AVX2) take more vector statements a row than the padded axis (15 against 9), and
+    the whole axis is too wide for a register tile: padded. (Panels of 25 against a padded
+    50: 20.6 -> 17.3 us, 12 x 50 x 50 x 64, Zen 5.) 100 columns on AVX-512 run as one
+    panel of six vectors and four lanes, two rows of accumulators and more (see
+    test_an_axis_one_register_panel_holds_is_not_padded)."""
+    q, k = te.placeholder((2, 20, 64), name="Q"), te.placeholder((2, 130, 64), name="K")
     func = te.create_prim_func([q, k, topi.nn.batch_matmul(q, k, transpose_b=True)])
     text = script(check_rule(func, host, "contraction", rtol=1e-4))
     assert "K_pad" in text
@@ -214,12 +222,12 @@ def test_a_padded_write_back_is_a_vectorized_pass_of_its_own(host):
 
 
 def test_rows_that_a_small_tile_divides_are_not_copied(host):
-    """65 rows: a 5-row tile divides them, so only the columns (six vectors and a lane, no
+    """65 rows: a 5-row tile divides them, so only the columns (eight vectors and a lane, no
     panel tiles them) are padded; A is read where it is instead of copied into 72 padded
     rows on every call."""
     from tvm_ext.hardware.target import lanes_for
 
-    columns = 6 * lanes_for(host, 32) + 1
+    columns = 8 * lanes_for(host, 32) + 1
     text = script(check_rule(user_matmul_bias_relu(65, columns, 32), host, "contraction"))
     assert "B_pad" in text and "A_pad" not in text
 
@@ -227,7 +235,7 @@ def test_rows_that_a_small_tile_divides_are_not_copied(host):
 def test_an_odd_innermost_extent_runs_whole_vectors_and_a_remainder(host):
     """An element-wise loop of 65 split by the lanes put a per-lane predicate in every vector
     (LLVM scalarizes it); the loop is cut into whole vectors and a plain remainder. The same
-    for a padding copy whose condition changes inside a vector (B_pad: columns < 97 on 16
+    for a padding copy whose condition changes inside a vector (B_pad: columns < 129 on 16
     lanes, where no panel tiles them)."""
     from tvm_ext.hardware.target import lanes_for
 
@@ -236,7 +244,7 @@ def test_an_odd_innermost_extent_runs_whole_vectors_and_a_remainder(host):
     relu = te.compute(A.shape, lambda i, j: te.max(A[i, j], 0.0), name="relu")
     text = script(check_rule(te.create_prim_func([A, relu]), host, "injective"))
     assert "T.where" not in text and f"T.vectorized({lanes})" in text
-    text = script(check_rule(user_matmul_bias_relu(4, 6 * lanes + 1, 32), host, "contraction"))
+    text = script(check_rule(user_matmul_bias_relu(4, 8 * lanes + 1, 32), host, "contraction"))
     pattern = rf'T\.vectorized\({lanes}\):\s*with T\.sblock\("B_pad_ax10"\)'
-    assert re.search(pattern, text)  # whole vectors of B's padded copy: columns 0-95
-    assert "T.vectorized" not in _block_text(text, "B_pad_ax11")  # column 64, plain
+    assert re.search(pattern, text)  # whole vectors of B's padded copy: columns 0-127
+    assert "T.vectorized" not in _block_text(text, "B_pad_ax11")  # column 128 on, plain
