@@ -11,7 +11,7 @@ import types
 import numpy as np
 import pytest
 import tvm
-from rule_checks import check_rule, run_built, script, user_matmul_bias_relu
+from rule_checks import check_rule, script, user_matmul_bias_relu
 from tvm import relax, te
 from tvm.relax.frontend import nn
 
@@ -206,35 +206,3 @@ def test_a_row_of_one_vector_folds_no_partials(host):
             [("x", (64, cols)), ("g", (cols,)), ("b", (cols,))],
         )
         assert ("_rf" in script(check_rule(norm, host, "rows"))) == partials, cols
-
-
-@pytest.mark.parametrize("cols", [197, 64])
-def test_a_lone_row_reduction_runs_as_vector_partials(host, cols):
-    """torch's guarded softmax tests each row for ``all(x == -inf)``, which TVM's importer
-    writes ``max(int8(not (x == -inf)))``: a reduction with no element-wise stage after it,
-    which the fallback rule ran as one chain of scalar steps a row. The rows rule takes it
-    (the stages inlined, the row split into lane partials, a tail predicate where no vector
-    divides it); the same for a plain maximum. A matmul, whose operands are shared across
-    rows, is not a row's reduction."""
-    from tvm_ext.workloads.legalized import legalized_func
-
-    def guard(x):  # the reduction last, as FuseOps cuts the guard from its consumer
-        op = relax.op
-        kept = op.astype(op.logical_not(op.equal(x, relax.const(-np.inf, "float32"))), "int8")
-        return op.max(kept, axis=[-1], keepdims=True)
-
-    for build in (guard, lambda x: relax.op.max(x, axis=[-1])):
-        func = legalized_func(build, [("x", (3, 5, cols))])
-        text = script(check_rule(func, host, "rows"))
-        assert "_rf" in text and "T.vectorized" in text
-    with_mask = legalized_func(guard, [("x", (2, 4, cols))])
-    sch, _ = S.rules.schedule_func(with_mask.with_attr("global_symbol", "main"), host)
-    x = np.random.default_rng(0).standard_normal((2, 4, cols)).astype("float32")
-    x[1, 2, :] = -np.inf  # one row masked out entirely: its maximum is 0
-    x[0, 3, 1:] = -np.inf
-    out = np.zeros((2, 4, 1), "int8")
-    got = run_built(sch.mod, [x, out], host)
-    want = (~np.isneginf(x)).max(axis=-1, keepdims=True).astype("int8")
-    np.testing.assert_array_equal(got, want)
-    matmul = user_matmul_bias_relu(8, 16, cols).with_attr("global_symbol", "main")
-    assert S.rules.schedule_func(matmul, host)[1] == "contraction"

@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 
 from tvm_ext.schedules.common import lanes_for, symbolic_extent_least
-from tvm_ext.schedules.rules.axes import vars_of
 from tvm_ext.schedules.rules.fallback import calls_libm, loop_extent, pays, static_int
 
 from tvm_ext.base import tvm_api
@@ -25,11 +24,7 @@ NAME = "rows"
 def schedule_func(func, target):
     sch = tvm_api.Schedule(func)
     blocks = tvm_api.dlight.analysis.normalize_prim_func(sch)
-    if not blocks:
-        return None
-    if not blocks[-1].is_injective():
-        return _lone_reduction(sch, blocks, target)
-    if len(blocks) < 2:
+    if blocks is None or len(blocks) < 2 or not blocks[-1].is_injective():
         return None
     reductions = [b for b in blocks if not b.is_injective()]
     if not reductions or any(not _row_reduction(b.dom_kind()) for b in reductions):
@@ -66,50 +61,6 @@ def schedule_func(func, target):
     for block in [b.block_rv for b in stages if b.is_injective()] + [out]:
         _vectorize_inner(sch, block, lanes)
     return sch
-
-
-def _lone_reduction(sch, blocks, target):
-    """A row reduction and the element-wise stages it alone reads, inlined into it (torch's
-    guarded softmax tests ``all(x == -inf)`` per row as ``max(int8(not (x == -inf)))``; a
-    ``max`` or ``sum`` over the last axis): the reduction split by the lanes and
-    ``rfactor``-ed (a tail predicate for an odd extent, see :func:`_merged`), its partials
-    and its fold merged into one row loop, run in parallel when it pays. The fallback rule
-    ran such a reduction as one chain of dependent scalar steps a row; None when a stage is
-    read by more than the reduction or the reduction is not ``S..SR``."""
-    out = blocks[-1]
-    if not _row_reduction(out.dom_kind()) or any(not b.is_injective() for b in blocks[:-1]):
-        return None
-    if _inline_single_use(sch, blocks[:-1]):
-        return None  # a stage read twice: not one reduction's
-    if not _reads_whole_rows(sch, out):
-        return None  # an operand shared across rows (a matmul, a GEMV): not a row's reduction
-    rows, lanes = len(out.dom_kind()) - 1, lanes_for(target, 32)
-    partial = rfactor_lanes(sch, out, lanes, tail=_odd_reduction(out, lanes))
-    nests = [out.block_rv] if partial is None else [partial, out.block_rv]
-    if all(loop_extent(sch, loop) is not None for loop in sch.get_loops(out.block_rv)[1:rows]):
-        tops = [sch.fuse(*sch.get_loops(b)[:rows]) if rows > 1 else sch.get_loops(b)[0]
-                for b in nests]  # fmt: skip
-        row = sch.merge(*tops) if len(tops) > 1 else tops[0]
-    else:  # a symbolic inner row extent: merged level by level (see _merged)
-        row = sch.get_loops(out.block_rv)[0]
-        for level in range(rows if partial is not None else 0):
-            merged = sch.merge(*[sch.get_loops(b)[level] for b in nests])
-            row = merged if level == 0 else row
-    if pays(sch, [out], target):
-        sch.parallel(row)
-    if partial is not None:
-        sch.vectorize(sch.get_loops(partial)[-1])
-    return sch
-
-
-def _reads_whole_rows(sch, block) -> bool:
-    """Whether every buffer ``block`` reads is indexed by each of its spatial iterators: each
-    row reduces its own data (a matmul's ``A[i, k]`` has no ``j``)."""
-    stmt = sch.get(block.block_rv)
-    spatial = {iv.var.name for iv in stmt.iter_vars if iv.iter_type == 0}
-    return all(
-        spatial <= set().union(*(vars_of(d.min) for d in read.region)) for read in stmt.reads
-    )
 
 
 def _row_loops(sch, loops):
