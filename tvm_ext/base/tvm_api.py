@@ -473,12 +473,13 @@ def estimated_flops(func) -> int | None:
         return None
 
 
-def rewrite_calls(mod, rewrite, with_bindings: bool = False) -> "tvm.IRModule":
+def rewrite_calls(mod, rewrite, with_bindings: bool = False, prune: bool = False) -> "tvm.IRModule":
     """``mod`` with every call of its Relax functions that ``rewrite(call)`` answers with an
     expression replaced by it (calls it answers None for are kept); the result normalized, so
     a nested expression ``rewrite`` returns is bound to a variable of its own. With
     ``with_bindings``, ``rewrite(call, value_of)`` also gets the function that answers a
-    dataflow variable's bound value (None for any other expression)."""
+    dataflow variable's bound value (None for any other expression). With ``prune``, the
+    bindings nothing reads any more (what the replaced calls alone used) are removed."""
 
     @mutator
     class _Rewrite(PyExprMutator):
@@ -494,7 +495,11 @@ def rewrite_calls(mod, rewrite, with_bindings: bool = False) -> "tvm.IRModule":
     for gv, func in mod.functions.items():
         if isinstance(func, relax.Function):
             out[gv] = _Rewrite(mod).visit_expr(func)
-    return relax.transform.Normalize()(out)
+    out = relax.transform.Normalize()(out)
+    for gv, func in out.functions.items() if prune else ():
+        if isinstance(func, relax.Function):
+            out[gv] = relax.analysis.remove_all_unused(func)
+    return out
 
 
 def rewrite_bindings(mod, rewrite) -> "tvm.IRModule":

@@ -40,11 +40,7 @@ def fills_as_scalars(mod):
             args[i], changed = tvm_api.relax.const(fill, tvm_api.tensor_dtype(args[i])), True
         return tvm_api.relax.op.where(*args) if changed else None
 
-    out = tvm_api.rewrite_calls(mod, rewritten, with_bindings=True)
-    for gv, func in out.functions.items():  # the fills nothing reads any more
-        if isinstance(func, tvm_api.relax.Function):
-            out[gv] = tvm_api.relax.analysis.remove_all_unused(func)
-    return out
+    return tvm_api.rewrite_calls(mod, rewritten, with_bindings=True, prune=True)
 
 
 def _filled_with(expr, value_of) -> float | bool | None:

@@ -30,11 +30,8 @@ def matmuls_before_reshapes(mod):
             return None
         return _on_operands(product, tvm_api.shape_values(call))
 
-    out = tvm_api.rewrite_calls(mod, moved, with_bindings=True)
-    for gv, func in out.functions.items():  # the replaced matmuls, now unused
-        if isinstance(func, tvm_api.relax.Function):
-            out[gv] = tvm_api.relax.analysis.remove_all_unused(func)
-    return out
+    # The replaced matmuls, now unused, are removed.
+    return tvm_api.rewrite_calls(mod, moved, with_bindings=True, prune=True)
 
 
 def reshapes_merged(mod):
@@ -56,11 +53,8 @@ def reshapes_merged(mod):
             return None
         return tvm_api.relax.op.reshape(inner.args[0], tvm_api.shape_values(call))
 
-    out = tvm_api.rewrite_calls(mod, merged, with_bindings=True)
-    for gv, func in out.functions.items():  # the inner reshapes nothing else reads
-        if isinstance(func, tvm_api.relax.Function):
-            out[gv] = tvm_api.relax.analysis.remove_all_unused(func)
-    return out
+    # The inner reshapes nothing else reads are removed.
+    return tvm_api.rewrite_calls(mod, merged, with_bindings=True, prune=True)
 
 
 def _on_operands(matmul, shape):
