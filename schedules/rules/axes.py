@@ -71,7 +71,7 @@ def find_axes(sch, block, weights: set[str] = frozenset(), lanes: int = 1) -> Ax
         return None
     extents = static_extents(block)
     along = _weight_axis(stmt, names, spatial, weights, lanes, extents)
-    if along is not None and not _indexes_weight(stmt, last.name, weights):
+    if along is not None and not indexes_weight(stmt, last.name, weights):
         vector, preferred = along, names.index(last.name)
     else:
         preferred = None
@@ -153,7 +153,8 @@ def _read_along(read, var: str) -> bool:
     return any(d == {var} for d in dims)
 
 
-def _indexes_weight(stmt, var: str, weights: set[str]) -> bool:
+def indexes_weight(stmt, var: str, weights: set[str]) -> bool:
+    """Whether ``var`` alone indexes a dimension of one of the weights ``stmt`` reads."""
     return any(r.source.name in weights and _read_along(r, var) for r in stmt.reads)
 
 
@@ -176,7 +177,7 @@ def _weight_axis(stmt, names, spatial, weights, lanes, extents) -> int | None:
             group is None or group % lanes
         ):
             continue
-        if _indexes_weight(stmt, names[i], weights):
+        if indexes_weight(stmt, names[i], weights):
             return i
     return None
 
@@ -186,6 +187,7 @@ __all__ = [
     "find_axes",
     "group_width",
     "static_extents",
+    "indexes_weight",
     "streams",
     "vars_of",
     "weight_names",

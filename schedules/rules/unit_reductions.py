@@ -14,7 +14,7 @@ inline into it.
 
 from __future__ import annotations
 
-from tvm_ext.schedules.rules.fallback import loads
+from tvm_ext.schedules.rules.fallback import loads, static_int
 
 from tvm_ext.base import tvm_api
 
@@ -34,12 +34,12 @@ def _foldable(block) -> bool:
     if block.init is None:
         return False
     reducing = [iv for iv in block.iter_vars if iv.iter_type == tirx.IterVar.CommReduce]
-    if not all(_is_one(iv.dom.extent) for iv in reducing):
+    if not all(static_int(iv.dom.extent) == 1 for iv in reducing):
         return False
     body, init = block.body, block.init
     if not (isinstance(body, tirx.BufferStore) and isinstance(init, tirx.BufferStore)):
         return False
-    return body.buffer.same_as(init.buffer) and _same_indices(body.indices, init.indices)
+    return body.buffer.same_as(init.buffer) and tvm_api.same_structure(body.indices, init.indices)
 
 
 def _fold(block):
@@ -48,7 +48,7 @@ def _fold(block):
     tirx = tvm_api.tirx
     store, start = block.body, block.init.value
     own = [load for load in loads(store.value) if load.source.same_as(store.buffer)]
-    if any(not _same_indices(load.indices, store.indices) for load in own):
+    if any(not tvm_api.same_structure(load.indices, store.indices) for load in own):
         return block
     value = tvm_api.tvm_ffi.structural_map(
         store.value,
@@ -74,12 +74,4 @@ def _fold(block):
 
 
 def _is_own(load, store) -> bool:
-    return load.source.same_as(store.buffer) and _same_indices(load.indices, store.indices)
-
-
-def _same_indices(a, b) -> bool:
-    return len(a) == len(b) and all(tvm_api.tvm_ffi.structural_equal(x, y) for x, y in zip(a, b))
-
-
-def _is_one(extent) -> bool:
-    return isinstance(extent, tvm_api.tirx.IntImm) and int(extent) == 1
+    return load.source.same_as(store.buffer) and tvm_api.same_structure(load.indices, store.indices)

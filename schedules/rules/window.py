@@ -24,7 +24,14 @@ and run in parallel, each point's window summed in order, as the unscheduled fun
 from __future__ import annotations
 
 from tvm_ext.schedules.common import lanes_for, parallel_pays, vector_registers
-from tvm_ext.schedules.rules.axes import Axes, group_width, static_extents, vars_of, weight_names
+from tvm_ext.schedules.rules.axes import (
+    Axes,
+    group_width,
+    indexes_weight,
+    static_extents,
+    vars_of,
+    weight_names,
+)
 from tvm_ext.schedules.rules.contraction import tile
 from tvm_ext.schedules.rules.fallback import loop_extent, parallel_spatial, pays, work
 from tvm_ext.schedules.rules.packing import pack_operands
@@ -172,12 +179,9 @@ def window_axes(sch, block, weights: set[str]) -> Axes | None:
         set(), *(vars_of(d.min) for r in activations for d in r.region)
     )
     if any(
-        names[i] not in read_by_activations and any(
-            names[i] in vars_of(d.min) for r in stmt.reads if r.source.name in weights
-            for d in r.region
-        )
+        names[i] not in read_by_activations and indexes_weight(stmt, names[i], weights)
         for i in spatial
-    ):  # fmt: skip
+    ):
         # An output channel only the weight reads: a convolution of one input channel
         # (wav2vec2's first, 1 -> 512 channels, kernel 10, stride 5), each input value
         # broadcast to a panel of output channels, which :mod:`.contraction` tiles.
