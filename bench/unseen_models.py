@@ -49,13 +49,19 @@ from tvm_ext.workloads import torch_libraries  # noqa: E402
 
 VISION = ["efficientnet_b0", "mobilenet_v3_large", "regnet_y_400mf", "resnext50_32x4d",
           "swin_t", "convnext_tiny", "densenet121", "shufflenet_v2_x1_0",
-          "inception_v3"]  # fmt: skip
+          "inception_v3", "googlenet", "mnasnet0_5", "alexnet", "vit_b_32",
+          "resnet18@2x199"]  # fmt: skip
 # Vision models whose input is not 224 x 224 (the size they were trained at).
 IMAGE_SIZE = {"inception_v3": 299}
+# A model at a batch and an image size of its own: "name@BATCHxSIZE" (an odd size's maps
+# shrink to 100, 50, 25, 13 and 7 pixels through the strides).
 # transformers architectures: 2 layers, 512 wide (the library's default width for the
 # encoders), the tokens of a short prompt.
 # squeezebert and convbert run convolutions over the tokens (grouped 1x1 conv1d, F.unfold).
-LANGUAGE = ["qwen2", "mistral", "opt", "phi", "bloom", "deberta_v2", "squeezebert", "convbert"]
+# t5's encoder adds a learned relative-position bias to its scores; falcon and gemma share
+# one key/value head among all (multi-query attention).
+LANGUAGE = ["qwen2", "mistral", "opt", "phi", "bloom", "deberta_v2", "squeezebert", "convbert",
+            "t5_encoder", "falcon", "gemma"]  # fmt: skip
 TOKENS = 77
 
 
@@ -81,6 +87,17 @@ def _language(name: str):
         "convbert": lambda: tr.ConvBertModel(
             tr.ConvBertConfig(intermediate_size=2048, embedding_size=512, **decoder)
         ),
+        "t5_encoder": lambda: tr.T5EncoderModel(
+            tr.T5Config(d_model=512, d_kv=64, d_ff=2048, num_layers=2, num_heads=8, vocab_size=1000)
+        ),  # fmt: skip
+        "falcon": lambda: tr.FalconModel(
+            tr.FalconConfig(
+                num_hidden_layers=2, hidden_size=512, num_attention_heads=8, vocab_size=1000
+            )
+        ),  # fmt: skip
+        "gemma": lambda: tr.GemmaModel(
+            tr.GemmaConfig(intermediate_size=2048, num_key_value_heads=1, head_dim=64, **decoder)
+        ),
     }[name]
     torch = torch_libraries.torch()
 
@@ -101,9 +118,10 @@ def build(name: str):
     torch.manual_seed(0)
     if name in LANGUAGE:
         return _language(name)
+    name, _, shape = name.partition("@")
+    batch, size = map(int, shape.split("x")) if shape else (1, IMAGE_SIZE.get(name, 224))
     module = getattr(torch_libraries.torchvision().models, name)(weights=None).eval()
-    size = IMAGE_SIZE.get(name, 224)
-    return module, (torch.randn(1, 3, size, size),)
+    return module, (torch.randn(batch, 3, size, size),)
 
 
 def bench_one(name: str, args, cores: int, log, folder) -> dict:
@@ -171,7 +189,8 @@ def main() -> None:
     header = header.replace(" `", "`")
     header += (
         f"\n\nAt each library's defaults, seeded random weights, batch 1 (vision 224x224, "
-        f"inception_v3 299x299, language models {TOKENS} tokens, 2 layers), {cores} threads "
+        f"inception_v3 299x299, name@BxS: batch B of S x S images; language models {TOKENS} "
+        f"tokens, 2 layers, 512 wide), {cores} threads "
         "for every contender "
         f"(`-mcpu={target_cpu(target)}`), parity against torch eager first. One timer: a "
         f"Python loop over a ready call, median of {args.repeat} samples of >= {args.min_ms} "
