@@ -23,10 +23,19 @@ def unpinned(monkeypatch, tmp_path):
     fork_join._record.cache_clear()
 
 
+# Probes of two threads, at most, before the test concludes they never pay on this host: a
+# probe is a timing, and while another process holds a core two threads rightly do not pay
+# (CI once failed so, a compile running beside it); on an idle host the first one finds it.
+PROBE_TRIES = 3
+
+
 def test_the_probe_finds_where_two_threads_pay_and_one_never_does(unpinned):
-    found = fork_join.probe(host_target(num_cores=2))
+    for _ in range(PROBE_TRIES):
+        found = fork_join.probe(host_target(num_cores=2))
+        if found["min_work"] < fork_join.NEVER:
+            break
     two, times = found["min_work"], found["seconds"]
-    assert two in times and two < fork_join.NEVER
+    assert two in times and two < fork_join.NEVER, f"two threads never paid: {times}"
     # It is the first of two sizes in a row at which parallel paid.
     paid = [times[n][0] >= fork_join.PAYS * times[n][1] for n in sorted(times) if n <= two]
     assert paid[-1] and not any(a and b for a, b in zip(paid, paid[1:]))
