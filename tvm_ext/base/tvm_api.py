@@ -496,9 +496,10 @@ def rewrite_calls(mod, rewrite, with_bindings: bool = False, prune: bool = False
         if isinstance(func, relax.Function):
             out[gv] = _Rewrite(mod).visit_expr(func)
     out = relax.transform.Normalize()(out)
-    for gv, func in out.functions.items() if prune else ():
-        if isinstance(func, relax.Function):
-            out[gv] = relax.analysis.remove_all_unused(func)
+    if prune:
+        for gv, func in list(out.functions.items()):
+            if isinstance(func, relax.Function):
+                out[gv] = relax.analysis.remove_all_unused(func)
     return out
 
 
