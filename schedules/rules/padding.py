@@ -10,7 +10,12 @@ import math
 from tvm_ext.schedules.common import lanes_for, vector_registers
 from tvm_ext.schedules.rules.axes import Axes, static_extents, streams, vars_of
 from tvm_ext.schedules.rules.fallback import static_int, work
-from tvm_ext.schedules.rules.tile_shape import MIN_PASS_ROWS, sizes, statements, whole_panel
+from tvm_ext.schedules.rules.tile_shape import (
+    MIN_PASS_ROWS,
+    padded_row_tile,
+    statements,
+    whole_panel,
+)
 
 from tvm_ext.base import tvm_api
 
@@ -128,8 +133,7 @@ def pad_vector_axis(sch, block, axes: Axes, target, weights: set[str]) -> bool:
         step = padding[axes.vector]
         padded = list(dom)
         padded[axes.vector] = None if extent is None else -(-extent // step) * step
-        mr, _ = sizes(padded, axes, target, row_extent=block.dom()[axes.row])
-        padding[axes.row] = mr
+        padding[axes.row] = padded_row_tile(block, padded, axes, target)
     reindexed = _as_einsum(sch, block, padding)
     if reindexed is None:
         return False
