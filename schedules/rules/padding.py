@@ -120,8 +120,8 @@ def pad_vector_axis(sch, block, axes: Axes, target, weights: set[str]) -> bool:
     if padding[axes.vector] == 1 and row is not None:
         return False  # nothing symbolic, every vector whole: no pad
     if axes.row is not None and row is None:
-        # Symbolic rows too, to a whole number of the row tiles tile_sizes takes for their
-        # range (tile_shape.symbolic_rows): a row tail's predicate beside the padded lanes'
+        # Symbolic rows too, to a whole number of the row tiles tile_sizes then takes
+        # (tile_shape.padded_row_tile): a row tail's predicate beside the padded lanes'
         # (the write-back's masked store) wrote outside the output (TVM 0.27). Static rows
         # run unpadded, a tail tile under a per-row guard: no per-call copy of the operand
         # the rows index (the contraction then writes back in a pass of its own:

@@ -70,10 +70,16 @@ def padded_row_tile(block, dom: list, axes: Axes, target) -> int:
     extents, the vector axis's as padded): the tile :func:`tile_sizes` then takes, past the
     stack where :func:`roomy_holds` will hold once the rows are padded."""
     row = block.dom()[axes.row]
-    mr, nr = sizes(dom, axes, target, row_extent=row, roomy=True)
-    if _past_stack(mr, nr) and not _one_long_reduction(block, axes):
-        mr, _ = sizes(dom, axes, target, row_extent=row)
-    return mr
+    return _roomy_or_stacked(dom, axes, target, row, lambda _: _one_long_reduction(block, axes))[0]
+
+
+def _roomy_or_stacked(dom, axes: Axes, target, row, holds, odd_panels: bool = True):
+    """The roomy tile (see :func:`tile_sizes`) when it fits on the stack or ``holds(mr)``;
+    else the tile within the stack."""
+    mr, nr = sizes(dom, axes, target, row, True, odd_panels)
+    if not _past_stack(mr, nr) or holds(mr):
+        return mr, nr
+    return sizes(dom, axes, target, row, odd_panels=odd_panels)
 
 
 def _past_stack(mr: int, nr: int) -> bool:
@@ -99,11 +105,12 @@ def tile_sizes(
     :func:`roomy_holds` says LLVM keeps such a tile in registers, for the contraction's
     loop nest: BERT's 128 x 3072 x 768 then takes 8 x 48."""
     row = block.dom()[axes.row] if axes.row is not None else None
+    dom = static_extents(block)
     if roomy:
-        mr, nr = sizes(static_extents(block), axes, target, row, True, odd_panels)
-        if not _past_stack(mr, nr) or roomy_holds(block, axes, mr):
-            return mr, nr
-    return sizes(static_extents(block), axes, target, row, odd_panels=odd_panels)
+        return _roomy_or_stacked(
+            dom, axes, target, row, lambda mr: roomy_holds(block, axes, mr), odd_panels
+        )
+    return sizes(dom, axes, target, row, odd_panels=odd_panels)
 
 
 def sizes(
