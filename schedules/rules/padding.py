@@ -14,6 +14,7 @@ from tvm_ext.schedules.rules.tile_shape import (
     MIN_PASS_ROWS,
     padded_row_tile,
     statements,
+    symbolic_panel,
     whole_panel,
 )
 
@@ -106,7 +107,8 @@ def pad_vector_axis(sch, block, axes: Axes, target, weights: set[str]) -> bool:
     if axes.group is not None:
         pass  # a grouped convolution's panels lie within its groups: never padded
     elif extent is None and not along_weight:
-        padding[axes.vector] = 2 * lanes  # the panel tile_sizes takes for a symbolic axis
+        # The panel tile_sizes takes for a symbolic axis (one vector where it fits one).
+        padding[axes.vector] = symbolic_panel(block.dom()[axes.vector], lanes)
     elif extent is not None and extent > lanes and extent % lanes:
         # A weight's axis that whole panels tile (whole_panel_pays) runs in them with no
         # copy; any other odd axis is padded, a weight's too (a copy per call: a pass over
@@ -133,7 +135,8 @@ def pad_vector_axis(sch, block, axes: Axes, target, weights: set[str]) -> bool:
         step = padding[axes.vector]
         padded = list(dom)
         padded[axes.vector] = None if extent is None else -(-extent // step) * step
-        padding[axes.row] = padded_row_tile(block, padded, axes, target)
+        panel = step if extent is None and step > 1 else None
+        padding[axes.row] = padded_row_tile(block, padded, axes, target, panel)
     reindexed = _as_einsum(sch, block, padding)
     if reindexed is None:
         return False
