@@ -135,8 +135,7 @@ def pad_vector_axis(sch, block, axes: Axes, target, weights: set[str]) -> bool:
         step = padding[axes.vector]
         padded = list(dom)
         padded[axes.vector] = None if extent is None else -(-extent // step) * step
-        panel = step if extent is None and step > 1 else None
-        padding[axes.row] = padded_row_tile(block, padded, axes, target, panel)
+        padding[axes.row] = padded_row_tile(block, padded, axes, target)
     reindexed = _as_einsum(sch, block, padding)
     if reindexed is None:
         return False

@@ -65,14 +65,13 @@ def _one_long_reduction(block, axes: Axes) -> bool:
     return len(steps) == 1 and (steps[0] or 0) >= ROOMY_MIN_STEPS
 
 
-def padded_row_tile(block, dom: list, axes: Axes, target, panel: int | None = None) -> int:
+def padded_row_tile(block, dom: list, axes: Axes, target) -> int:
     """The row tile symbolic rows are padded to a whole number of (``dom``: the block's
-    extents, the vector axis's as padded; ``panel``: the symbolic vector axis's panel, see
-    :func:`symbolic_panel`): the tile :func:`tile_sizes` then takes, past the stack where
-    :func:`roomy_holds` will hold once the rows are padded."""
+    extents, the vector axis's as padded): the tile :func:`tile_sizes` then takes, past the
+    stack where :func:`roomy_holds` will hold once the rows are padded."""
     row = block.dom()[axes.row]
     holds = lambda _: _one_long_reduction(block, axes)  # noqa: E731
-    return _roomy_or_stacked(dom, axes, target, row, holds, panel=panel)[0]
+    return _roomy_or_stacked(dom, axes, target, row, holds, panel=_panel_of(block, axes, target))[0]
 
 
 def symbolic_panel(extent, lanes: int) -> int:
@@ -84,6 +83,12 @@ def symbolic_panel(extent, lanes: int) -> int:
     a run, too few to show in the model's time)."""
     high = symbolic_extent_high(extent)
     return lanes if high is not None and high <= lanes else 2 * lanes
+
+
+def _panel_of(block, axes: Axes, target) -> int | None:
+    """:func:`symbolic_panel` of ``block``'s vector axis; None where it is static."""
+    extent = block.dom()[axes.vector]
+    return None if static_int(extent) is not None else symbolic_panel(extent, lanes_for(target, 32))
 
 
 def _roomy_or_stacked(dom, axes: Axes, target, row, holds, odd_panels: bool = True, panel=None):
@@ -118,10 +123,7 @@ def tile_sizes(
     :func:`roomy_holds` says LLVM keeps such a tile in registers, for the contraction's
     loop nest: BERT's 128 x 3072 x 768 then takes 8 x 48."""
     row = block.dom()[axes.row] if axes.row is not None else None
-    dom = static_extents(block)
-    panel = None
-    if dom[axes.vector] is None:
-        panel = symbolic_panel(block.dom()[axes.vector], lanes_for(target, 32))
+    dom, panel = static_extents(block), _panel_of(block, axes, target)
     if roomy:
         return _roomy_or_stacked(
             dom, axes, target, row, lambda mr: roomy_holds(block, axes, mr), odd_panels, panel
@@ -155,8 +157,10 @@ def sizes(
     if n is not None and n > lanes and n % lanes:
         nr = _odd_panel(n, lanes, vector_registers(target))
     else:
-        nr = tile_size(n, 2 * lanes, lanes) if n is None or n >= lanes else n
-        nr = panel if n is None and panel is not None else nr
+        if n is None:
+            nr = panel or 2 * lanes
+        else:
+            nr = tile_size(n, 2 * lanes, lanes) if n >= lanes else n
         narrow = nr == lanes and n is not None and n > lanes
         if odd_panels and narrow and vector_registers(target) < 32:
             nr = odd_vectors_panel(n, lanes) or nr
