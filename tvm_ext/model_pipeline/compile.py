@@ -33,6 +33,7 @@ from tvm_ext.model_pipeline.layout import channels_last, folded_batch_norm, whol
 from tvm_ext.model_pipeline.length_dispatch import bounded_rules, dispatching
 from tvm_ext.model_pipeline.matmul_reshapes import matmuls_before_reshapes, reshapes_merged
 from tvm_ext.model_pipeline.relax_fixes import fixed
+from tvm_ext.model_pipeline.repacks import fold_prepacks
 from tvm_ext.model_pipeline.transposes import transposes_before_reshapes
 from tvm_ext.schedules.rules.dispatch import apply
 from tvm_ext.workloads.model_base import Model
@@ -159,7 +160,7 @@ def lower(mod, target, entry: str):
             transform.RewriteDataflowReshape(),
             transform.DeadCodeElimination([entry]),
             # Mark which PrimFunc parameters are weights (bound constants): the rules may then
-            # repack them once, at compile time (see fold_prepacks).
+            # repack them once, at compile time (see repacks.fold_prepacks).
             transform.AttachAttrLayoutFreeBuffers(),
         ]
     )
@@ -167,20 +168,6 @@ def lower(mod, target, entry: str):
         mod = channels_last(outside_taps_dropped(fills_as_scalars(mod)))
         mod = transposes_before_reshapes(activations_as_fast_math(mod))
         return passes(reshapes_merged(matmuls_before_reshapes(mod)))
-
-
-def fold_prepacks(mod, entry: str):
-    """Run the rules' weight repacking once, now: each layout-rewrite pre-process block a rule
-    added becomes its own PrimFunc on the weight (SplitLayoutRewritePreproc), which constant
-    folding evaluates on the bound weights; the model then calls only the packed kernels."""
-    transform = tvm_api.relax.transform
-    return tvm_api.transform.Sequential(
-        [
-            transform.SplitLayoutRewritePreproc(),
-            transform.FoldConstant(),
-            transform.DeadCodeElimination([entry]),
-        ]
-    )(mod)
 
 
 def build_compiled(source, path, target, mod, weights, applied, start) -> Compiled:
@@ -311,6 +298,5 @@ __all__ = [
     "compile",
     "compile_untuned",
     "cpu_target",
-    "fold_prepacks",
     "lower",
 ]

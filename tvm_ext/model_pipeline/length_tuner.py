@@ -33,7 +33,6 @@ from tvm_ext.model_pipeline.compile import (
     bind_and_lower,
     build_compiled,
     cpu_target,
-    fold_prepacks,
 )
 from tvm_ext.model_pipeline.length_buckets import Buckets, at_length, generalized_trace
 from tvm_ext.model_pipeline.length_dispatch import bounded_rules, dispatching, merged
@@ -44,6 +43,7 @@ from tvm_ext.model_pipeline.model_tuner import (
     model_key,
     tune_prepared,
 )
+from tvm_ext.model_pipeline.repacks import fold_prepacks
 from tvm_ext.model_pipeline.task_scheduler import RETIRE_FACTOR
 from tvm_ext.records.logs import (
     MANIFEST_FILE,

@@ -38,9 +38,9 @@ from tvm_ext.model_pipeline.compile import (
     build_compiled,
     compile_untuned,
     cpu_target,
-    fold_prepacks,
 )
 from tvm_ext.model_pipeline.profile import profile
+from tvm_ext.model_pipeline.repacks import fold_prepacks
 from tvm_ext.model_pipeline.task_scheduler import RETIRE_FACTOR, TaskState, spend
 from tvm_ext.records.logs import structural_hash
 from tvm_ext.records.model_manifest import write_model_manifest

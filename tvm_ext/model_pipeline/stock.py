@@ -12,9 +12,9 @@ from tvm_ext.model_pipeline.compile import (
     ModelSource,
     bind_and_lower,
     build_compiled,
-    fold_prepacks,
 )
 from tvm_ext.model_pipeline.compiled import Compiled
+from tvm_ext.model_pipeline.repacks import fold_prepacks
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
