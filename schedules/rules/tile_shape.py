@@ -283,8 +283,13 @@ def _rows(dom, axes: Axes, nr: int, vectors: int, target, row_extent=None, roomy
             # 17.3 ms at 13 tokens and 11.6 -> 9.7 ms at 5, 20.3 ms both at 16 and 111 ms
             # both at 128 (interleaved, Zen 4, 2 threads); 16 x 768 x 3072 with its weight
             # cold (48 copies in turn): 8-row tiles 428 us at 13 and 16 rows, 4-row 469 and
-            # 492 us, alike at 2 to 5 rows.
-            return fit
+            # 492 us, alike at 2 to 5 rows. Past one tile of a range of lengths (a short
+            # range of length_dispatch), the padded rows cost what the FMAs on them do: the
+            # tile that runs the range's lengths in the least time (symbolic_rows). With
+            # every length up to 64 padded to 8-row tiles, BERT's symbolic model ran 1.33x /
+            # 1.23x / 1.13x its static build at 9 / 17 / 33 tokens (Zen 4, 2 threads).
+            high = symbolic_extent_high(row_extent)
+            return fit if high is None or high <= fit else symbolic_rows(row_extent, fit, vectors)
         return symbolic_rows(row_extent, fit, vectors)
     unequal = len(set(statements(nr, lanes_for(target, 32)))) > 1
     extent = dom[axes.row]
