@@ -89,13 +89,13 @@ def _dimension(func, var: str):
 # lengths runs serially there (a fork and join costs ~2-3 us on the 2-core hosts: BERT's
 # 16-token softmax, layer norms and reshapes ran 3x slower parallel than serial), and a
 # contraction's symbolic rows are padded to the row tile that runs the range's lengths in the
-# least time (tile_shape.symbolic_rows). The cuts keep the rows padded within 12 % of the
-# least a tile of 4 to 8 rows computes at every length from 9 to 64 (up to 8, one tile of
-# 8 rows: a weight streamed from memory bounds the kernel; past 64, 8-row tiles pad under
-# 11 %); with (16, 64), padded to 8-row tiles, BERT's symbolic model ran 1.33x / 1.23x /
+# least time (tile_shape.symbolic_rows). The cuts keep the padded rows within 12.5 % of the
+# length at every length from 9 to 64 with the 8-row tiles of AVX-512 (up to 8, one tile of 8
+# rows: a weight streamed from memory bounds the kernel; past 64, 8-row tiles pad under 11 %);
+# with (16, 64), every length padded to 8-row tiles, BERT's symbolic model ran 1.33x / 1.23x /
 # 1.13x its static build at 9 / 17 / 33 tokens (Zen 4, 2 threads). Consecutive ranges whose
 # schedules are alike are merged (bounded_rules).
-SHORT_UPPERS = (8, 10, 12, 14, 16, 18, 21, 24, 28, 32, 40, 48, 56, 64)
+SHORT_UPPERS = (8, 10, 12, 14, 16, 18, 21, 24, 28, 32, 35, 40, 42, 48, 54, 64)
 
 
 def bounded_rules(applied_mod, lowered, target, var: str, low: int | None, high: int | None):
