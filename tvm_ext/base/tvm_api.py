@@ -503,6 +503,27 @@ def rewrite_calls(mod, rewrite, with_bindings: bool = False, prune: bool = False
     return out
 
 
+def call_tir_callee(call):
+    """The PrimFunc's GlobalVar a ``call_tir`` calls; None for any other call."""
+    if not call.op.same_as(tvm.ir.Op.get("relax.call_tir")):
+        return None
+    return call.args[0] if hasattr(call.args[0], "name_hint") else None
+
+
+def retarget_calls(mod, targets: dict) -> "tvm.IRModule":
+    """``mod`` with every ``call_tir`` of a PrimFunc named in ``targets`` (name: GlobalVar)
+    calling that GlobalVar instead, its arguments and output kept."""
+
+    def rewrite(call):
+        callee = call_tir_callee(call)
+        if callee is None or callee.name_hint not in targets:
+            return None
+        return relax.Call(call.op, [targets[callee.name_hint], *call.args[1:]], call.attrs,
+                          call.ty_args)  # fmt: skip
+
+    return rewrite_calls(mod, rewrite)
+
+
 def rewrite_bindings(mod, rewrite) -> "tvm.IRModule":
     """``mod`` with every binding of its Relax functions' dataflow blocks offered, in order,
     to ``rewrite(var, value, emit)`` once its value is rewritten: ``emit(expr)`` binds an

@@ -36,7 +36,6 @@ def dispatching(mod, entry: str, var: str, uppers, variants: list[dict]):
     if len(variants) != len(uppers) + 1:
         raise ValueError(f"{len(variants)} variant sets for {len(uppers) + 1} ranges")
     relax = tvm_api.relax
-    call_tir = tvm_api.ir.Op.get("relax.call_tir")
     main = mod[entry]
     builder = relax.BlockBuilder(mod)
     callees = []
@@ -48,14 +47,7 @@ def dispatching(mod, entry: str, var: str, uppers, variants: list[dict]):
         renamed = {name: builder.add_func(f.with_attr("global_symbol", f"{name}__{tag}"),
                                           f"{name}__{tag}")
                    for name, f in chosen.items()}  # fmt: skip
-
-        def rewrite(call, renamed=renamed):
-            if not call.op.same_as(call_tir) or call.args[0].name_hint not in renamed:
-                return None
-            return relax.Call(call_tir, [renamed[call.args[0].name_hint], *call.args[1:]],
-                              call.attrs, call.ty_args)  # fmt: skip
-
-        one = tvm_api.rewrite_calls(tvm_api.IRModule({entry: main}), rewrite)[entry]
+        one = tvm_api.retarget_calls(tvm_api.IRModule({entry: main}), renamed)[entry]
         copy = relax.utils.copy_with_new_vars(one).without_attr("global_symbol")
         callees.append(builder.add_func(copy, f"{entry}_{var}_{tag}"))
     out = builder.get()

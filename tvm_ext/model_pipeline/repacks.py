@@ -60,16 +60,7 @@ def shared_prim_funcs(mod):
             bucket.append((gv, plain))
         else:
             canonical[gv.name_hint] = first
-    if not canonical:
-        return mod
-
-    def rewrite(call):
-        callee = _callee(call)
-        if callee is None or callee.name_hint not in canonical:
-            return None
-        return _calling(call, canonical[callee.name_hint])
-
-    return tvm_api.rewrite_calls(mod, rewrite)
+    return tvm_api.retarget_calls(mod, canonical) if canonical else mod
 
 
 def folded_repacks(mod):
@@ -81,7 +72,7 @@ def folded_repacks(mod):
     results: dict = {}
 
     def rewrite(call):
-        callee = _callee(call)
+        callee = tvm_api.call_tir_callee(call)
         if callee is None or not callee.name_hint.endswith(REPACK_SUFFIX):
             return None
         args = call.args[1].fields if hasattr(call.args[1], "fields") else [call.args[1]]
@@ -105,20 +96,6 @@ def folded_repacks(mod):
 
 
 REPACK_SUFFIX = "_weight_prepack"  # the name SplitLayoutRewritePreproc gives a weight's repack
-
-_CALL_TIR = "relax.call_tir"
-
-
-def _callee(call):
-    """The PrimFunc's GlobalVar a ``call_tir`` calls; None for any other call."""
-    if not call.op.same_as(tvm_api.ir.Op.get(_CALL_TIR)):
-        return None
-    return call.args[0] if hasattr(call.args[0], "name_hint") else None
-
-
-def _calling(call, callee):
-    return tvm_api.relax.Call(call.op, [callee, *call.args[1:]], call.attrs, call.ty_args)
-
 
 __all__ = [
     "REPACK_SUFFIX",
