@@ -57,17 +57,26 @@ def weight_kernels(name: str, size: str, target, min_bytes: float, top: int):
             continue
         func = func.with_attr("global_symbol", gv.name_hint)
         sch, rule = schedule_func(func, target)
-        stripped = tvm_api.without_weight_repack(sch.mod)
-        if stripped.same_as(sch.mod) or "layout_rewrite_preproc" not in sch.mod.script():
+        if "layout_rewrite_preproc" not in sch.mod.script():
             continue
-        free = set(int(i) for i in func.attrs.get("layout_free_buffers", []))
-        specs = tvm_api.param_specs(func)
-        weight = sum(np.prod(s) * np.dtype(d).itemsize for i, (s, d) in enumerate(specs)
-                     if i in free)  # fmt: skip
+        weight = _weight_bytes(func)
         if weight >= min_bytes:
             found.append((algorithm_flops(func) or 0, gv.name_hint, func, sch, rule, weight))
     found.sort(key=lambda k: (-k[5], -k[0]))
     return found[:top]
+
+
+def _layout_free(func) -> set[int]:
+    return {int(i) for i in func.attrs.get("layout_free_buffers", [])}
+
+
+def _weight_bytes(func) -> int:
+    """The bytes of the function's layout-free parameters (its weights)."""
+    free = _layout_free(func)
+    specs = tvm_api.param_specs(func)
+    return sum(
+        int(np.prod(s)) * np.dtype(d).itemsize for i, (s, d) in enumerate(specs) if i in free
+    )
 
 
 def hot_and_cold(sch, target, llc_bytes: int, args) -> tuple[float, float, int]:
@@ -76,14 +85,13 @@ def hot_and_cold(sch, target, llc_bytes: int, args) -> tuple[float, float, int]:
     func = tvm_api.main_func(stripped)
     lib = tvm_api.build(stripped, target)
     specs = tvm_api.param_specs(func)
-    free = set(int(i) for i in func.attrs.get("layout_free_buffers", []))
+    free = _layout_free(func)
     rng = np.random.default_rng(0)
 
     def tensor(shape, dtype):
         return tvm_api.tensor(rng.standard_normal(shape).astype(dtype), tvm_api.cpu(0))
 
-    weight = sum(np.prod(s) * np.dtype(d).itemsize for i, (s, d) in enumerate(specs) if i in free)
-    sets = max(2, int(np.ceil(COLD_LLC_MULTIPLE * llc_bytes / max(weight, 1))))
+    sets = max(2, int(np.ceil(COLD_LLC_MULTIPLE * llc_bytes / max(_weight_bytes(func), 1))))
     fixed = [tensor(s, d) for s, d in specs]
     rotated = [[tensor(s, d) if i in free else fixed[i] for i, (s, d) in enumerate(specs)]
                for _ in range(sets)]  # fmt: skip
